@@ -1,0 +1,3 @@
+from amprewrite.cli import main
+
+main()

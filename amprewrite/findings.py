@@ -1,0 +1,85 @@
+"""Findings: every change and every site left alone, with a stable code.
+
+The registry below is the single source of truth for codes; `docs/findings.md` lists the same
+codes (a test keeps the two in step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    CHANGE = "change"  # the rewrite changed something here
+    SKIP = "skip"  # a site the rewrite saw and deliberately left alone
+    NOTE = "note"  # information about the whole file
+    ERROR = "error"  # the file could not be processed
+
+
+@dataclass(frozen=True)
+class Code:
+    severity: Severity
+    title: str
+    advice: str
+
+
+CODES: dict[str, Code] = {
+    # File-level notes and errors.
+    "AMP001": Code(Severity.NOTE, "no training step or model forward pass found",
+                   "Nothing to do: the file is left byte-identical."),
+    "AMP002": Code(Severity.NOTE, "file already uses mixed precision",
+                   "Left unchanged so that running the tool twice changes nothing."),
+    "AMP003": Code(Severity.ERROR, "file cannot be parsed",
+                   "Fix the syntax error (amprewrite reads Python 3 source) and run again."),
+    "AMP004": Code(Severity.ERROR, "file cannot be read or written",
+                   "Check the path, its permissions and its encoding."),
+    # Changes to the training step.
+    "AMP100": Code(Severity.CHANGE, "grad scaler created",
+                   "One scaler serves every training step it can reach."),
+    "AMP101": Code(Severity.CHANGE, "forward pass and loss wrapped in autocast",
+                   "Review that the region covers the forward pass and the loss only."),
+    "AMP102": Code(Severity.CHANGE, "backward pass scaled",
+                   "The loss is multiplied by the scale before backward."),
+    "AMP103": Code(Severity.SKIP, "optimizer step with a closure cannot be loss-scaled",
+                   "A grad scaler cannot drive `step(closure)` (LBFGS and friends); the step "
+                   "and its closure run in FP32. Move the work out of the closure to use AMP."),
+    "AMP104": Code(Severity.CHANGE, "optimizer step routed through the scaler",
+                   "`scaler.step(optimizer)` unscales the gradients and skips inf/NaN steps."),
+    "AMP105": Code(Severity.CHANGE, "scaler update added",
+                   "`scaler.update()` runs once per iteration, after the last optimizer step."),
+    "AMP106": Code(Severity.CHANGE, "evaluation forward pass wrapped in autocast",
+                   "Inference runs in the low-precision dtype as well."),
+    # Sites left alone.
+    "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
+                   "Gradients computed for another purpose (saliency, inspection) are left "
+                   "unscaled; if this is a training step, make its optimizer step visible."),
+    "AMP202": Code(Severity.SKIP, "`.step()` receiver not recognised as an optimizer",
+                   "If it is an optimizer, build it with torch.optim (or pass it in from where "
+                   "it is built) so the step can be routed through the scaler."),
+    "AMP203": Code(Severity.SKIP, "loss computed outside the function that calls backward",
+                   "Wrap the forward pass and loss computation in `autocast()` where they run."),
+    "AMP204": Code(Severity.SKIP, "backward inside an optimizer closure",
+                   "The closure's step cannot be scaled, so its backward stays unscaled."),
+    "AMP205": Code(Severity.SKIP, "optimizer step without a backward pass in this file",
+                   "The step is left alone: no scaled loss reaches it from this file."),
+    "AMP206": Code(Severity.SKIP, "`torch.autograd.backward` call",
+                   "Scale the tensors yourself: `torch.autograd.backward(scaler.scale(loss))`."),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reported site: `path:line:col: code message`."""
+
+    code: str
+    line: int
+    col: int
+    message: str
+
+    @property
+    def severity(self) -> Severity:
+        return CODES[self.code].severity
+
+    def format(self, path: str) -> str:
+        return f"{path}:{self.line}:{self.col}: {self.code} {self.message}"
