@@ -1,0 +1,240 @@
+"""One pass over a module that records the structural facts every analysis needs.
+
+Nothing here interprets PyTorch: it indexes statements (which block, which position, which
+enclosing function/class), imports, calls, assignments and every name used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.names import ImportTable, target_keys
+
+Block = cst.Module | cst.IndentedBlock
+Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+SmallContainer = cst.SimpleStatementLine | cst.SimpleStatementSuite
+
+
+@dataclass(frozen=True)
+class StatementInfo:
+    block: Block
+    index: int
+    parent: cst.BaseCompoundStatement | None  # the compound statement owning `block`
+    function: cst.FunctionDef | None
+
+
+@dataclass(frozen=True)
+class CallSite:
+    call: cst.Call
+    statement: Statement  # the block-level statement containing the call
+    small: cst.BaseSmallStatement | None  # the small statement containing it, if any
+    function: cst.FunctionDef | None
+
+
+@dataclass(frozen=True)
+class Binding:
+    """`target = value` (or `target: T = value`) with a call or name on the right."""
+
+    keys: tuple[str, ...]
+    value: cst.BaseExpression
+    statement: Statement
+    function: cst.FunctionDef | None
+
+
+@dataclass
+class ModuleFacts:
+    module: cst.Module
+    imports: ImportTable = field(default_factory=ImportTable)
+    statements: dict[Statement, StatementInfo] = field(default_factory=dict)
+    small_containers: dict[cst.BaseSmallStatement, SmallContainer] = field(default_factory=dict)
+    calls: list[CallSite] = field(default_factory=list)
+    bindings: list[Binding] = field(default_factory=list)
+    functions: list[cst.FunctionDef] = field(default_factory=list)
+    function_class: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
+    classes: list[cst.ClassDef] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+    header_imports_end: int = 0  # index in module.body after the leading imports
+
+    def enclosing_statements(self, statement: Statement) -> list[Statement]:
+        """`statement` and every compound statement around it, innermost first."""
+        chain: list[Statement] = [statement]
+        info = self.statements.get(statement)
+        while info is not None and info.parent is not None:
+            chain.append(info.parent)
+            info = self.statements.get(info.parent)
+        return chain
+
+    def enclosing_loop(self, statement: Statement) -> cst.For | cst.While | None:
+        for outer in self.enclosing_statements(statement)[1:]:
+            if isinstance(outer, cst.FunctionDef | cst.ClassDef):
+                return None
+            if isinstance(outer, cst.For | cst.While):
+                return outer
+        return None
+
+    def position(self, statement: Statement) -> tuple[Block, int]:
+        info = self.statements[statement]
+        return info.block, info.index
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self.statement_stack: list[Statement] = []
+        self.small_stack: list[cst.BaseSmallStatement] = []
+        self.function_stack: list[cst.FunctionDef] = []
+        self.class_stack: list[cst.ClassDef | None] = [None]
+        self.block_parent: dict[Block, cst.BaseCompoundStatement | None] = {}
+
+    # Blocks and statements -------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self._index_block(node, None)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        parent = self.statement_stack[-1] if self.statement_stack else None
+        assert parent is None or isinstance(parent, cst.BaseCompoundStatement)
+        self._index_block(node, parent)
+
+    def _index_block(self, block: Block, parent: cst.BaseCompoundStatement | None) -> None:
+        function = self.function_stack[-1] if self.function_stack else None
+        for index, statement in enumerate(block.body):
+            self.facts.statements[statement] = StatementInfo(block, index, parent, function)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            self.statement_stack.append(node)
+        if isinstance(node, cst.BaseSmallStatement):
+            self.small_stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            self.statement_stack.pop()
+        if isinstance(original_node, cst.BaseSmallStatement):
+            self.small_stack.pop()
+        super().on_leave(original_node)
+
+    def visit_If(self, node: cst.If) -> None:
+        # An `elif` is an If inside `orelse`: index it as a child of the If it continues.
+        if isinstance(node.orelse, cst.If):
+            outer = self.facts.statements.get(node)
+            if outer is not None:
+                self.facts.statements[node.orelse] = StatementInfo(
+                    outer.block, outer.index, node, outer.function
+                )
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        for small in node.body:
+            self.facts.small_containers[small] = node
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        for small in node.body:
+            self.facts.small_containers[small] = node
+
+    # Scopes -------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.facts.functions.append(node)
+        owner = self.class_stack[-1]
+        if owner is not None:
+            self.facts.function_class[node] = owner
+        self.function_stack.append(node)
+        self.class_stack.append(None)
+        self.facts.names.add(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.function_stack.pop()
+        self.class_stack.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.facts.classes.append(node)
+        self.class_stack.append(node)
+        self.facts.names.add(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.class_stack.pop()
+
+    # Facts ----------------------------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        self.facts.imports.add(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.facts.imports.add(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.facts.names.add(node.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.statement_stack:
+            return
+        self.facts.calls.append(
+            CallSite(
+                node,
+                self.statement_stack[-1],
+                self.small_stack[-1] if self.small_stack else None,
+                self.function_stack[-1] if self.function_stack else None,
+            )
+        )
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        keys = tuple(k for t in node.targets for k in target_keys(t.target))
+        self._bind(keys, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(tuple(target_keys(node.target)), node.value)
+
+    def _bind(self, keys: tuple[str, ...], value: cst.BaseExpression) -> None:
+        if keys and self.statement_stack:
+            function = self.function_stack[-1] if self.function_stack else None
+            self.facts.bindings.append(Binding(keys, value, self.statement_stack[-1], function))
+
+
+def collect(module: cst.Module) -> ModuleFacts:
+    facts = ModuleFacts(module)
+    module.visit(_Collector(facts))
+    facts.header_imports_end = _header_imports_end(module)
+    return facts
+
+
+def _header_imports_end(module: cst.Module) -> int:
+    """Index just after the last import of the module's leading docstring/import block."""
+    end = 0
+    for index, statement in enumerate(module.body):
+        if _is_header(statement, index):
+            if _has_import(statement):
+                end = index + 1
+            elif index == 0:
+                end = 1  # docstring
+            continue
+        break
+    return end
+
+
+def _is_header(statement: Statement, index: int) -> bool:
+    if isinstance(statement, cst.SimpleStatementLine):
+        return all(
+            isinstance(small, cst.Import | cst.ImportFrom)
+            or (index == 0 and isinstance(small, cst.Expr)
+                and isinstance(small.value, cst.SimpleString | cst.ConcatenatedString))
+            for small in statement.body
+        )
+    # `try: import x / except ImportError: ...` blocks belong to the import header too.
+    return isinstance(statement, cst.Try) and _has_import(statement)
+
+
+def _has_import(statement: Statement) -> bool:
+    return any(
+        isinstance(small, cst.Import | cst.ImportFrom)
+        for line in _lines(statement)
+        for small in line.body
+    )
+
+
+def _lines(statement: Statement) -> list[cst.SimpleStatementLine]:
+    if isinstance(statement, cst.SimpleStatementLine):
+        return [statement]
+    if isinstance(statement, cst.Try):
+        return [s for s in statement.body.body if isinstance(s, cst.SimpleStatementLine)]
+    return []

@@ -1,0 +1,226 @@
+"""What each key stands for: optimizer, LR scheduler, model or loss criterion.
+
+Kinds come from construction (`torch.optim.SGD(...)`, a local `nn.Module` subclass, names
+imported from torch.optim, common third-party libraries), from use (`.parameters()` handed to
+an optimizer, `.eval()`, `.zero_grad()` with `.step()`, the first argument of a scheduler) and
+from arguments passed to a function's parameters at its call sites in the same module.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.names import dotted, receiver_key
+
+
+class Kind(str, Enum):
+    OPTIMIZER = "optimizer"
+    SCHEDULER = "scheduler"
+    MODEL = "model"
+    CRITERION = "criterion"
+
+
+_OPTIMIZER_PREFIXES = (
+    "torch.optim.",
+    "apex.optimizers.",
+    "bitsandbytes.optim.",
+    "bnb.optim.",
+    "torch_optimizer.",
+    "timm.optim.",
+    "deepspeed.ops.adam.",
+    "deepspeed.ops.lamb.",
+)
+_OPTIMIZER_NAMES = frozenset({
+    "transformers.AdamW",
+    "transformers.Adafactor",
+    "transformers.optimization.AdamW",
+    "transformers.optimization.Adafactor",
+    "lion_pytorch.Lion",
+    "torch.distributed.optim.ZeroRedundancyOptimizer",
+})
+_SCHEDULER_PREFIXES = ("torch.optim.lr_scheduler.", "timm.scheduler.", "torch.optim.swa_utils.SWALR")
+_MODEL_NAMES = frozenset({
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.compile",
+    "timm.create_model",
+})
+_MODEL_PREFIXES = ("torchvision.models.", "timm.models.")
+# Methods that return the receiver itself (or a module of the same kind).
+_SAME_KIND_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "train", "eval",
+                                "requires_grad_", "share_memory"})
+
+
+def _classify_qualified(name: str) -> Kind | None:
+    last = name.rsplit(".", 1)[-1]
+    if name.startswith(_SCHEDULER_PREFIXES) or ("schedule" in last and name.startswith("transformers.")):
+        return Kind.SCHEDULER
+    if name in _OPTIMIZER_NAMES or (name.startswith(_OPTIMIZER_PREFIXES) and last[:1].isupper()):
+        return Kind.OPTIMIZER
+    if name.startswith(_OPTIMIZER_PREFIXES) and "optimizer" in last:
+        return Kind.OPTIMIZER  # factories: timm.optim.create_optimizer_v2
+    if name.startswith("torch.nn.") and last[:1].isupper():
+        return Kind.CRITERION if last.endswith("Loss") else Kind.MODEL
+    if name in _MODEL_NAMES or name.startswith(_MODEL_PREFIXES) or last == "from_pretrained":
+        return Kind.MODEL
+    return None
+
+
+def _classify_local_callable(name: str) -> Kind | None:
+    """A builder function defined or imported by the script: judge by its name."""
+    lower = name.rsplit(".", 1)[-1].lower()
+    if "sched" in lower:
+        return Kind.SCHEDULER
+    if "optim" in lower:
+        return Kind.OPTIMIZER
+    if "criterion" in lower or lower.endswith("loss"):
+        return Kind.CRITERION
+    if "model" in lower or lower in {"net", "network"}:
+        return Kind.MODEL
+    return None
+
+
+class KindTable:
+    """The kind of every key the module lets us infer."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self.kinds: dict[str, Kind] = {}
+        self._local_classes = self._local_class_kinds()
+        self._function_names = {f.name.value for f in facts.functions}
+        for _ in range(4):  # a few rounds reach a fixpoint on real scripts
+            before = dict(self.kinds)
+            self._from_bindings()
+            self._from_uses()
+            self._from_call_sites()
+            if before == self.kinds:
+                break
+
+    def of(self, key: str | None) -> Kind | None:
+        return None if key is None else self.kinds.get(key)
+
+    def of_expr(self, node: cst.BaseExpression) -> Kind | None:
+        return self.of(receiver_key(node))
+
+    def _set(self, key: str | None, kind: Kind | None) -> None:
+        if key is not None and kind is not None:
+            self.kinds.setdefault(key, kind)
+
+    # Construction ---------------------------------------------------------------------------
+    def _local_class_kinds(self) -> dict[str, Kind]:
+        kinds: dict[str, Kind] = {}
+        for _ in range(3):
+            for cls in self.facts.classes:
+                for base in cls.bases:
+                    resolved = self.facts.imports.resolve(base.value)
+                    kind = _classify_qualified(resolved) if resolved else None
+                    if resolved == "torch.optim.Optimizer" or (
+                        resolved and resolved.startswith("torch.optim.") and kind is Kind.OPTIMIZER
+                    ):
+                        kind = Kind.OPTIMIZER
+                    if kind is None:
+                        kind = kinds.get(dotted(base.value) or "")
+                    if kind in (Kind.MODEL, Kind.OPTIMIZER, Kind.CRITERION):
+                        kinds.setdefault(cls.name.value, kind)
+        return kinds
+
+    def kind_of_value(self, value: cst.BaseExpression) -> Kind | None:
+        """The kind of what an expression evaluates to, as far as it can be told."""
+        if isinstance(value, cst.Call):
+            func = value.func
+            resolved = self.facts.imports.resolve(func)
+            if resolved is not None:
+                kind = _classify_qualified(resolved)
+                if kind is Kind.MODEL and resolved.rsplit(".", 1)[-1] in {
+                    "DataParallel", "DistributedDataParallel", "FullyShardedDataParallel", "compile"
+                }:
+                    return Kind.MODEL
+                if kind is not None:
+                    return kind
+            name = dotted(func)
+            if name in self._local_classes:
+                return self._local_classes[name]
+            if isinstance(func, cst.Attribute) and func.attr.value in _SAME_KIND_METHODS:
+                return self.kind_of_value(func.value)
+            if resolved is not None:
+                return _classify_local_callable(resolved)
+            if name in self._function_names:
+                return _classify_local_callable(name)
+            return None  # calling a variable (a model's forward, a loss function): a result
+        return self.of_expr(value)
+
+    def _from_bindings(self) -> None:
+        for binding in self.facts.bindings:
+            if len(binding.keys) != 1:
+                continue
+            self._set(binding.keys[0], self.kind_of_value(binding.value))
+
+    # Use ----------------------------------------------------------------------------------
+    def _from_uses(self) -> None:
+        methods_by_key: dict[str, set[str]] = {}
+        for site in self.facts.calls:
+            call = site.call
+            kind = self.kind_of_value(call) if isinstance(call.func, cst.Name | cst.Attribute) else None
+            if kind is Kind.OPTIMIZER:
+                for arg in call.args:
+                    for owner in _parameter_owners(arg.value):
+                        self._set(owner, Kind.MODEL)
+            elif kind is Kind.SCHEDULER and call.args:
+                self._set(receiver_key(call.args[0].value), Kind.OPTIMIZER)
+            if isinstance(call.func, cst.Attribute):
+                key = receiver_key(call.func.value)
+                if key is not None:
+                    methods_by_key.setdefault(key, set()).add(call.func.attr.value)
+        for key, methods in methods_by_key.items():
+            if key in self.kinds:
+                continue
+            if {"zero_grad", "step"} <= methods:
+                self._set(key, Kind.OPTIMIZER)
+            elif "eval" in methods and "step" not in methods:
+                self._set(key, Kind.MODEL)
+
+    def _from_call_sites(self) -> None:
+        by_name = {f.name.value: f for f in self.facts.functions}
+        for site in self.facts.calls:
+            name = dotted(site.call.func)
+            if name is None:
+                continue
+            function = by_name.get(name.removeprefix("self."))
+            if function is None:
+                continue
+            params = [p.name.value for p in function.params.params]
+            if params and params[0] in ("self", "cls") and name.startswith("self."):
+                params = params[1:]
+            for position, arg in enumerate(site.call.args):
+                if arg.star:
+                    break
+                if arg.keyword is not None:
+                    param = arg.keyword.value
+                elif position < len(params):
+                    param = params[position]
+                else:
+                    continue
+                self._set(param, self.of_expr(arg.value))
+
+
+def _parameter_owners(node: cst.BaseExpression) -> list[str]:
+    """`model` for every `model.parameters()` / `model.named_parameters()` inside `node`."""
+    owners: list[str] = []
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if (
+            isinstance(current, cst.Call)
+            and isinstance(current.func, cst.Attribute)
+            and current.func.attr.value in ("parameters", "named_parameters")
+        ):
+            key = receiver_key(current.func.value)
+            if key is not None:
+                owners.append(key)
+        stack.extend(current.children)
+    return owners

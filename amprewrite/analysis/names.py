@@ -1,0 +1,162 @@
+"""Names in source: dotted keys of expressions, imports, and what statements read and bind.
+
+A *key* is the dotted text of a Name/Attribute chain (`loss`, `self.optimizer`, `args.lr`).
+Keys identify variables without scope analysis, which is precise enough for training scripts
+and an order of magnitude cheaper than libcst's ScopeProvider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+
+def dotted(node: cst.CSTNode) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def receiver_key(node: cst.BaseExpression) -> str | None:
+    """Key of a call receiver: a dotted chain, or a subscripted one (`optimizers[0]`)."""
+    key = dotted(node)
+    if key is not None:
+        return key
+    if isinstance(node, cst.Subscript):
+        base = receiver_key(node.value)
+        if base is not None:
+            return f"{base}[{cst.Module([]).code_for_node(node.slice[0])}]"
+    return None
+
+
+class ImportTable:
+    """Maps locally bound import names to the dotted path they stand for."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {}
+
+    def add(self, node: cst.Import | cst.ImportFrom) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted(alias.name) or ""
+                if alias.asname is not None:
+                    self.aliases[_asname(alias)] = full
+                else:
+                    top = full.split(".")[0]
+                    self.aliases[top] = top
+            return
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted(node.module) or ""
+        for alias in node.names:
+            name = dotted(alias.name) or ""
+            local = _asname(alias) if alias.asname is not None else name
+            self.aliases[local] = f"{module}.{name}"
+
+    def resolve(self, node: cst.CSTNode) -> str | None:
+        """Qualified dotted name of an expression built on an imported name, else None."""
+        key = dotted(node)
+        if key is None:
+            return None
+        head, _, rest = key.partition(".")
+        target = self.aliases.get(head)
+        if target is None:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+    def local_name_for(self, qualified: str) -> str | None:
+        """A local expression that reaches `qualified` (e.g. `torch`), if one is imported."""
+        for local, target in self.aliases.items():
+            if target == qualified:
+                return local
+            if qualified.startswith(target + "."):
+                return local + qualified[len(target):]
+        return None
+
+
+def _asname(alias: cst.ImportAlias) -> str:
+    assert alias.asname is not None
+    return dotted(alias.asname.name) or ""
+
+
+def iter_keys(node: cst.CSTNode) -> Iterator[str]:
+    """Every maximal dotted chain read inside `node` (`self.model(x.y)` -> self.model, x.y)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        key = dotted(current)
+        if key is not None:
+            yield key
+            # `a.b` also reads `a`: a statement defining `a` feeds `a.b`.
+            while "." in key:
+                key = key.rsplit(".", 1)[0]
+                yield key
+            continue
+        stack.extend(current.children)
+
+
+def target_keys(target: cst.BaseExpression) -> Iterator[str]:
+    """Keys bound by an assignment target (names, attributes, tuples, starred, subscripts)."""
+    if isinstance(target, cst.Tuple | cst.List):
+        for element in target.elements:
+            yield from target_keys(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from target_keys(target.value)
+    elif isinstance(target, cst.Subscript):
+        # `losses["total"] = ...` updates the container `losses`.
+        key = receiver_key(target.value)
+        if key is not None:
+            yield key
+    else:
+        key = dotted(target)
+        if key is not None:
+            yield key
+
+
+def bound_keys(statement: cst.CSTNode) -> set[str]:
+    """Keys that a statement (simple or compound, searched deeply) binds or updates in place."""
+    keys: set[str] = set()
+    for node in _walk(statement):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                keys.update(target_keys(target.target))
+        elif isinstance(node, cst.AnnAssign | cst.AugAssign):
+            keys.update(target_keys(node.target))
+        elif isinstance(node, cst.For):
+            keys.update(target_keys(node.target))
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            keys.update(target_keys(node.asname.name))
+        elif isinstance(node, cst.NamedExpr):
+            keys.update(target_keys(node.target))
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            # In-place tensor/container updates: `loss.add_(x)`, `losses.append(l)`.
+            method = node.func.attr.value
+            if method.endswith("_") or method in _MUTATING_METHODS:
+                key = receiver_key(node.func.value)
+                if key is not None:
+                    keys.add(key)
+    return keys
+
+
+_MUTATING_METHODS = frozenset({"append", "extend", "update", "insert", "setdefault"})
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+            if current is not node:
+                continue
+        stack.extend(current.children)
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Pre-order walk that does not descend into nested function, class or lambda bodies."""
+    return _walk(node)

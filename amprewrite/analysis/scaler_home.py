@@ -1,0 +1,114 @@
+"""Where the grad scaler lives: one scaler, created once, reachable from every site using it.
+
+The rule, narrowest scope first:
+1. every use is in methods of one class that has `__init__`: `self.scaler`, created in
+   `__init__` right after the optimizer is assigned (or at its end);
+2. every use is in one function (or all at module level) that also builds the optimizer:
+   a local, created right after the statement that builds the optimizer;
+3. otherwise: a module global, created after the imports (one per process, so DDP/spawn
+   workers each get their own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
+from amprewrite.analysis.names import receiver_key
+
+_CANDIDATE_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+
+
+@dataclass(frozen=True)
+class ScalerHome:
+    expression: str  # how every site refers to it: `scaler` or `self.scaler`
+    block: Block  # the block it is created in
+    index: int  # created before the statement at this index of `block`
+    scope: str  # "attribute", "local" or "global" (for the finding's message)
+
+
+def fresh_name(facts: ModuleFacts, candidates: tuple[str, ...]) -> str:
+    for name in candidates:
+        if name not in facts.names:
+            return name
+    counter = 2
+    while f"{candidates[0]}_{counter}" in facts.names:
+        counter += 1
+    return f"{candidates[0]}_{counter}"
+
+
+def find_scaler_home(facts: ModuleFacts, uses: list[CallSite], global_index: int) -> ScalerHome:
+    name = fresh_name(facts, _CANDIDATE_NAMES)
+    optimizer_keys = {
+        receiver_key(site.call.func.value)  # type: ignore[attr-defined]
+        for site in uses
+        if isinstance(site.call.func, cst.Attribute) and site.call.func.attr.value == "step"
+    }
+    functions = {site.function for site in uses}
+    classes = {facts.function_class.get(f) for f in functions if f is not None}
+    if None not in functions and len(classes) == 1 and None not in classes:
+        home = _attribute_home(facts, classes.pop(), optimizer_keys, name)  # type: ignore[arg-type]
+        if home is not None:
+            return home
+    if len(functions) == 1:
+        home = _local_home(facts, next(iter(functions)), optimizer_keys, uses, name)
+        if home is not None:
+            return home
+    return ScalerHome(name, facts.module, global_index, "global")
+
+
+def _attribute_home(
+    facts: ModuleFacts, cls: cst.ClassDef, optimizer_keys: set[str | None], name: str
+) -> ScalerHome | None:
+    init = next(
+        (f for f in facts.functions if facts.function_class.get(f) is cls
+         and f.name.value == "__init__"),
+        None,
+    )
+    if init is None or not isinstance(init.body, cst.IndentedBlock):
+        return None
+    anchor = _last_binding_anchor(facts, init, optimizer_keys)
+    index = anchor + 1 if anchor is not None else len(init.body.body)
+    return ScalerHome(f"self.{name}", init.body, index, "attribute")
+
+
+def _local_home(
+    facts: ModuleFacts,
+    function: cst.FunctionDef | None,
+    optimizer_keys: set[str | None],
+    uses: list[CallSite],
+    name: str,
+) -> ScalerHome | None:
+    anchor = _last_binding_anchor(facts, function, optimizer_keys)
+    if anchor is None:
+        return None
+    first_use = min(_top_index(facts, function, site.statement) for site in uses)
+    if anchor >= first_use:
+        return None
+    block = facts.module if function is None else function.body
+    if not isinstance(block, cst.Module | cst.IndentedBlock):
+        return None
+    return ScalerHome(name, block, anchor + 1, "local")
+
+
+def _last_binding_anchor(
+    facts: ModuleFacts, function: cst.FunctionDef | None, keys: set[str | None]
+) -> int | None:
+    """Index in `function`'s body of the top statement that last binds one of `keys`."""
+    indexes = [
+        _top_index(facts, function, binding.statement)
+        for binding in facts.bindings
+        if binding.function is function and set(binding.keys) & keys
+    ]
+    return max(indexes) if indexes else None
+
+
+def _top_index(facts: ModuleFacts, function: cst.FunctionDef | None, statement: Statement) -> int:
+    """Index of the statement of `function`'s own body (or the module's) containing `statement`."""
+    for outer in facts.enclosing_statements(statement):
+        info = facts.statements.get(outer)
+        if info is not None and info.parent is function:
+            return info.index
+    raise ValueError("statement is not inside the function")

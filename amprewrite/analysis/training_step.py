@@ -1,0 +1,277 @@
+"""Facts about the training steps of a module: what to scale, step, update and autocast.
+
+A training step is a backward pass whose gradients an optimizer steps. Backward and step
+sites are paired module-wide (scripts spread them over functions); a module whose backward
+passes feed no optimizer step here, or whose steps see no backward here, is left alone,
+because scaling one side without the other would corrupt the gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
+from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key, walk
+from amprewrite.analysis.statements import (
+    calls_in,
+    is_backward_call,
+    is_compute,
+    is_definition,
+    is_step_call,
+)
+
+
+@dataclass(frozen=True)
+class Note:
+    """A finding about a node of the original tree (positions are added later)."""
+
+    code: str
+    node: cst.CSTNode
+    message: str
+
+
+@dataclass(frozen=True)
+class Region:
+    """Consecutive statements `first`..`last` of one block, to run under autocast."""
+
+    block: Block
+    start: int
+    end: int
+
+    @property
+    def statements(self) -> list[Statement]:
+        return list(self.block.body[self.start : self.end + 1])
+
+
+@dataclass
+class TrainingSteps:
+    backwards: list[CallSite] = field(default_factory=list)  # to scale
+    steps: list[CallSite] = field(default_factory=list)  # to route through the scaler
+    updates_after: list[CallSite] = field(default_factory=list)  # steps followed by update()
+    regions: list[Region] = field(default_factory=list)  # forward + loss, to autocast
+    notes: list[Note] = field(default_factory=list)  # sites left alone
+
+    @property
+    def found(self) -> bool:
+        return bool(self.backwards and self.steps)
+
+
+def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
+    result = TrainingSteps()
+    backwards: list[CallSite] = []
+    optimizer_steps: list[CallSite] = []
+    closure_functions: set[str] = set()
+    for site in facts.calls:
+        if is_backward_call(site.call):
+            if facts.imports.resolve(site.call.func) == "torch.autograd.backward":
+                result.notes.append(Note("AMP206", site.call, "`torch.autograd.backward(...)` "
+                                         "is not loss-scaled automatically; left unchanged"))
+            else:
+                backwards.append(site)
+        elif is_step_call(site.call):
+            _classify_step(site, kinds, facts, optimizer_steps, closure_functions, result)
+
+    training_backwards = []
+    for site in backwards:
+        text = _code(facts, site.call.func.value)  # type: ignore[attr-defined]
+        if site.function is not None and site.function.name.value in closure_functions:
+            result.notes.append(Note("AMP204", site.call, f"`{text}.backward()` runs inside an "
+                                     "optimizer closure, whose step cannot be scaled; left unscaled"))
+        elif not optimizer_steps:
+            result.notes.append(Note("AMP201", site.call, f"`{text}.backward()` has no optimizer "
+                                     "step in this file; left unchanged"))
+        elif not _steps_in(site.function, optimizer_steps) and _reads_grad(site.function):
+            result.notes.append(Note("AMP201", site.call, f"`{text}.backward()` computes "
+                                     "gradients that are read, not stepped; left unchanged"))
+        else:
+            training_backwards.append(site)
+
+    if not training_backwards:
+        for site in optimizer_steps:
+            text = _code(facts, site.call.func.value)  # type: ignore[attr-defined]
+            result.notes.append(Note("AMP205", site.call, f"`{text}.step()` has no backward pass "
+                                     "in this file to scale; left unchanged"))
+        return result
+
+    result.backwards = training_backwards
+    result.steps = optimizer_steps
+    result.updates_after = _last_steps(optimizer_steps, facts)
+    regions: list[Region] = []
+    for site in training_backwards:
+        region = _loss_region(site, facts, kinds)
+        if region is None:
+            result.notes.append(Note("AMP203", site.call, "the loss is computed outside this "
+                                     "function; wrap its forward pass in `autocast()` there"))
+        else:
+            regions.append(region)
+    result.regions = merge_regions(regions, facts)
+    return result
+
+
+# Step sites ---------------------------------------------------------------------------------
+def _classify_step(
+    site: CallSite,
+    kinds: KindTable,
+    facts: ModuleFacts,
+    optimizer_steps: list[CallSite],
+    closure_functions: set[str],
+    result: TrainingSteps,
+) -> None:
+    receiver = site.call.func.value  # type: ignore[attr-defined]
+    key = receiver_key(receiver)
+    kind = kinds.of(key) or _kind_from_name(key)
+    if kind is not Kind.OPTIMIZER:
+        if kind is None and not site.call.args and _has_backward(site.function, facts):
+            result.notes.append(Note("AMP202", site.call, f"`{_code(facts, receiver)}.step()`: "
+                                     "receiver not recognised as an optimizer; left unchanged"))
+        return
+    if site.call.args:
+        for arg in site.call.args:
+            name = dotted(arg.value)
+            if name is not None:
+                closure_functions.add(name)
+        result.notes.append(Note("AMP103", site.call, f"`{_code(facts, site.call)}` cannot be "
+                                 "loss-scaled; left unchanged"))
+        return
+    optimizer_steps.append(site)
+
+
+def _kind_from_name(key: str | None) -> Kind | None:
+    """Last resort for a receiver whose construction is not visible: its name."""
+    if key is None:
+        return None
+    last = key.rsplit(".", 1)[-1].lower()
+    if "sched" in last:
+        return Kind.SCHEDULER
+    if "optim" in last or last in {"opt", "optimiser"} or last.startswith("opt_"):
+        return Kind.OPTIMIZER
+    return None
+
+
+def _has_backward(function: cst.FunctionDef | None, facts: ModuleFacts) -> bool:
+    return any(s.function is function and is_backward_call(s.call) for s in facts.calls)
+
+
+def _steps_in(function: cst.FunctionDef | None, steps: list[CallSite]) -> bool:
+    return any(s.function is function for s in steps)
+
+
+def _reads_grad(function: cst.FunctionDef | None) -> bool:
+    if function is None:
+        return False
+    return any(
+        isinstance(node, cst.Attribute) and node.attr.value == "grad"
+        for node in walk(function)
+    )
+
+
+def _last_steps(steps: list[CallSite], facts: ModuleFacts) -> list[CallSite]:
+    """Steps after which no other step of the same function can run in that iteration."""
+    last = []
+    for index, site in enumerate(steps):
+        later = [
+            other for other in steps[index + 1 :]
+            if other.function is site.function and not _exclusive(site, other, facts)
+        ]
+        if not later:
+            last.append(site)
+    return last
+
+
+def _exclusive(a: CallSite, b: CallSite, facts: ModuleFacts) -> bool:
+    """True when `a` and `b` sit in different branches of one `if`."""
+    chain_a = facts.enclosing_statements(a.statement)
+    chain_b = facts.enclosing_statements(b.statement)
+    for outer in chain_a[1:]:
+        if outer in chain_b and isinstance(outer, cst.If):
+            return _branch(outer, chain_a) != _branch(outer, chain_b)
+    return False
+
+
+def _branch(statement: cst.If, chain: list[Statement]) -> int:
+    inner = chain[chain.index(statement) - 1]
+    return 0 if inner in statement.body.body else 1
+
+
+# Autocast regions ----------------------------------------------------------------------------
+def _loss_region(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> Region | None:
+    """The statements computing the loss that `site` backpropagates, by a backward slice."""
+    needed = set(iter_keys(site.call.func.value))  # type: ignore[attr-defined]
+    current: Statement = site.statement
+    while True:
+        block, index = facts.position(current)
+        region = _slice_region(block, index, needed, facts, kinds)
+        if region is not None:
+            return region
+        parent = facts.statements[current].parent
+        if parent is None or isinstance(parent, cst.FunctionDef | cst.ClassDef | cst.For | cst.While):
+            return None
+        current = parent
+
+
+def _slice_region(
+    block: Block, index: int, needed: set[str], facts: ModuleFacts, kinds: KindTable
+) -> Region | None:
+    sliced: list[int] = []
+    for position in range(index - 1, -1, -1):
+        statement = block.body[position]
+        if _is_step_boundary(statement):
+            break
+        if is_definition(statement):
+            continue
+        if bound_keys(statement) & needed:
+            sliced.append(position)
+            needed |= set(iter_keys(statement))
+    compute = [p for p in sliced if _starts_region(block.body[p], facts, kinds)]
+    if not compute:
+        return None
+    return Region(block, min(compute), max(sliced))
+
+
+def _is_step_boundary(statement: Statement) -> bool:
+    return any(is_backward_call(c) or is_step_call(c) for c in calls_in(statement))
+
+
+def _starts_region(statement: Statement, facts: ModuleFacts, kinds: KindTable) -> bool:
+    """Compute that is not setup: building a model, optimizer or criterion is not a forward."""
+    if any(kinds.of(key) is not None for key in bound_keys(statement)):
+        return False
+    return is_compute(statement, facts)
+
+
+def merge_regions(regions: list[Region], facts: ModuleFacts) -> list[Region]:
+    """Merge overlapping or adjacent regions of a block; drop regions nested in another."""
+    by_block: dict[int, list[Region]] = {}
+    for region in regions:
+        by_block.setdefault(id(region.block), []).append(region)
+    merged: list[Region] = []
+    for group in by_block.values():
+        group.sort(key=lambda r: r.start)
+        current = group[0]
+        for region in group[1:]:
+            if region.start <= current.end + 1:
+                current = Region(current.block, current.start, max(current.end, region.end))
+            else:
+                merged.append(current)
+                current = region
+        merged.append(current)
+    return [r for r in merged if not _nested_in_any(r, merged, facts)]
+
+
+def _nested_in_any(region: Region, regions: list[Region], facts: ModuleFacts) -> bool:
+    ancestors = facts.enclosing_statements(region.block.body[region.start])[1:]
+    for other in regions:
+        if other is region:
+            continue
+        covered = set(map(id, other.statements))
+        if any(id(a) in covered for a in ancestors):
+            return True
+    return False
+
+
+def _code(facts: ModuleFacts, node: cst.CSTNode) -> str:
+    text = facts.module.code_for_node(node)
+    return " ".join(text.split())

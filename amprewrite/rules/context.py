@@ -1,0 +1,30 @@
+"""What every rule needs to know about the output being produced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.training_step import Note
+from amprewrite.options import Options
+from amprewrite.transform import Plan
+
+
+@dataclass
+class RuleContext:
+    facts: ModuleFacts
+    options: Options
+    autocast_call: str  # e.g. `autocast()` or `torch.autocast(amp_device)`
+    scaler_expr: str | None = None  # e.g. `scaler` / `self.scaler`; None: no loss scaling
+    plan: Plan = field(default_factory=Plan)
+    notes: list[Note] = field(default_factory=list)
+
+    def parse_statement(self, code: str) -> cst.SimpleStatementLine:
+        statement = cst.parse_statement(code, config=self.facts.module.config_for_parsing)
+        assert isinstance(statement, cst.SimpleStatementLine)
+        return statement
+
+    def parse_expression(self, code: str) -> cst.BaseExpression:
+        return cst.parse_expression(code, config=self.facts.module.config_for_parsing)

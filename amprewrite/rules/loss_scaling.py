@@ -1,0 +1,70 @@
+"""Scale each loss before backward, step each optimizer through the scaler, update once."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.facts import CallSite
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Insert, InsertAfterSmall, Replace
+
+
+def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
+    assert ctx.scaler_expr is not None
+    scale = ctx.parse_expression(f"{ctx.scaler_expr}.scale")
+    for site in backwards:
+        func = site.call.func
+        assert isinstance(func, cst.Attribute)
+        loss_text = _code(ctx, func.value)
+
+        def build(node: cst.CSTNode, scale: cst.BaseExpression = scale) -> cst.CSTNode:
+            assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            loss = node.func.value
+            if loss.lpar:  # `(loss / n).backward()` -> `scaler.scale(loss / n).backward()`
+                loss = loss.with_changes(lpar=[], rpar=[])
+            scaled = cst.Call(func=scale, args=[cst.Arg(value=loss)])
+            return node.with_changes(func=node.func.with_changes(value=scaled))
+
+        ctx.plan.replaces.append(Replace(site.call, build))
+        ctx.notes.append(Note("AMP102", site.call,
+                              f"`{loss_text}.backward()` scaled: `{ctx.scaler_expr}.scale({loss_text})`"))
+
+
+def route_steps(ctx: RuleContext, steps: list[CallSite]) -> None:
+    assert ctx.scaler_expr is not None
+    step = ctx.parse_expression(f"{ctx.scaler_expr}.step")
+    for site in steps:
+        func = site.call.func
+        assert isinstance(func, cst.Attribute)
+        optimizer_text = _code(ctx, func.value)
+
+        def build(node: cst.CSTNode, step: cst.BaseExpression = step) -> cst.CSTNode:
+            assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            return node.with_changes(func=step, args=[cst.Arg(value=node.func.value)])
+
+        ctx.plan.replaces.append(Replace(site.call, build))
+        ctx.notes.append(Note("AMP104", site.call, f"`{optimizer_text}.step()` routed through "
+                              f"`{ctx.scaler_expr}.step({optimizer_text})`"))
+
+
+def add_updates(ctx: RuleContext, after: list[CallSite]) -> None:
+    """`scaler.update()` right after each last optimizer step of an iteration."""
+    assert ctx.scaler_expr is not None
+    code = f"{ctx.scaler_expr}.update()"
+    for site in after:
+        small = site.small
+        assert small is not None
+        container = ctx.facts.small_containers[small]
+        line = ctx.parse_statement(code)
+        if isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1:
+            block, index = ctx.facts.position(container)
+            ctx.plan.inserts.append(Insert(block, index + 1, [line]))
+        else:
+            ctx.plan.small_inserts.append(InsertAfterSmall(small, [line.body[0]]))
+        ctx.notes.append(Note("AMP105", site.call, f"`{code}` added after the last optimizer "
+                              "step of the iteration"))
+
+
+def _code(ctx: RuleContext, node: cst.CSTNode) -> str:
+    return " ".join(ctx.facts.module.code_for_node(node).split())

@@ -1,0 +1,26 @@
+"""Create the one grad scaler where every site using it can reach it."""
+
+from __future__ import annotations
+
+from amprewrite.analysis.scaler_home import ScalerHome
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Insert
+
+_WHERE = {
+    "attribute": "in `__init__`, next to the optimizer",
+    "local": "right after the optimizer is built",
+    "global": "as a module global after the imports, so every function using it reaches it",
+}
+
+
+def create_scaler(ctx: RuleContext, home: ScalerHome, constructor: str) -> str:
+    """Plan `scaler = GradScaler(...)`; a global one is returned for the module header."""
+    code = f"{home.expression} = {constructor}"
+    body = home.block.body
+    anchor = body[min(home.index, len(body)) - 1] if home.index > 0 else body[0]
+    ctx.notes.append(Note("AMP100", anchor,
+                          f"grad scaler `{home.expression}` created {_WHERE[home.scope]}"))
+    if home.scope != "global":
+        ctx.plan.inserts.append(Insert(home.block, home.index, [ctx.parse_statement(code)]))
+    return code

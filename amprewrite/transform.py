@@ -1,0 +1,152 @@
+"""Carry out a plan of edits on a module: the only place that builds the new tree.
+
+Rules describe edits against nodes of the original tree; `apply_edits` performs them in one
+libcst pass, so rules never see each other's output and their order does not matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.facts import Block, Statement
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Replace `node` by `build(updated_node)`."""
+
+    node: cst.CSTNode
+    build: Callable[[cst.CSTNode], cst.CSTNode]
+
+
+@dataclass(frozen=True)
+class Wrap:
+    """Put statements `start`..`end` of `block` inside `with <item>:`."""
+
+    block: Block
+    start: int
+    end: int
+    item: cst.BaseExpression
+
+
+@dataclass(frozen=True)
+class Insert:
+    """Insert statements before position `index` of `block`."""
+
+    block: Block
+    index: int
+    statements: Sequence[Statement]
+
+
+@dataclass(frozen=True)
+class InsertAfterSmall:
+    """Insert small statements right after `small` (a statement line's part)."""
+
+    small: cst.BaseSmallStatement
+    statements: Sequence[cst.BaseSmallStatement]
+
+
+@dataclass
+class Plan:
+    replaces: list[Replace] = field(default_factory=list)
+    wraps: list[Wrap] = field(default_factory=list)
+    inserts: list[Insert] = field(default_factory=list)
+    small_inserts: list[InsertAfterSmall] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.replaces or self.wraps or self.inserts or self.small_inserts)
+
+
+def apply_edits(module: cst.Module, plan: Plan) -> cst.Module:
+    result = module.visit(_Applier(plan))
+    assert isinstance(result, cst.Module)
+    return result
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, plan: Plan) -> None:
+        super().__init__()
+        self.replaces = {id(r.node): r.build for r in plan.replaces}
+        self.wraps: dict[int, list[Wrap]] = {}
+        for wrap in plan.wraps:
+            self.wraps.setdefault(id(wrap.block), []).append(wrap)
+        self.inserts: dict[int, list[Insert]] = {}
+        for insert in plan.inserts:
+            self.inserts.setdefault(id(insert.block), []).append(insert)
+        self.small_inserts = {id(i.small): i.statements for i in plan.small_inserts}
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        updated = super().on_leave(original_node, updated_node)
+        build = self.replaces.get(id(original_node))
+        if build is not None and isinstance(updated, cst.CSTNode):
+            return build(updated)
+        return updated
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        return updated_node.with_changes(body=self._rebuild(original_node, updated_node.body))
+
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
+        return updated_node.with_changes(body=self._rebuild(original_node, updated_node.body))
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        return updated_node.with_changes(body=self._smalls(original_node.body, updated_node.body))
+
+    def leave_SimpleStatementSuite(
+        self, original_node: cst.SimpleStatementSuite, updated_node: cst.SimpleStatementSuite
+    ) -> cst.SimpleStatementSuite:
+        return updated_node.with_changes(body=self._smalls(original_node.body, updated_node.body))
+
+    def _smalls(
+        self,
+        original: Sequence[cst.BaseSmallStatement],
+        updated: Sequence[cst.BaseSmallStatement],
+    ) -> list[cst.BaseSmallStatement]:
+        out: list[cst.BaseSmallStatement] = []
+        for before, after in zip(original, updated, strict=True):
+            out.append(after)
+            out.extend(self.small_inserts.get(id(before), ()))
+        if len(out) == len(updated):
+            return list(updated)
+        semicolon = cst.Semicolon(whitespace_before=cst.SimpleWhitespace(""),
+                                  whitespace_after=cst.SimpleWhitespace(" "))
+        joined = [s.with_changes(semicolon=semicolon) for s in out[:-1]]
+        return [*joined, out[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]
+
+    def _rebuild(self, original: Block, updated: Sequence[Statement]) -> list[Statement]:
+        wraps = {w.start: w for w in self.wraps.get(id(original), [])}
+        inserts: dict[int, list[Statement]] = {}
+        for insert in self.inserts.get(id(original), []):
+            inserts.setdefault(insert.index, []).extend(insert.statements)
+        if not wraps and not inserts:
+            return list(updated)
+        out: list[Statement] = []
+        index = 0
+        while index < len(updated):
+            out.extend(inserts.get(index, ()))
+            wrap = wraps.get(index)
+            if wrap is None:
+                out.append(updated[index])
+                index += 1
+                continue
+            out.append(_with_block(wrap.item, list(updated[wrap.start : wrap.end + 1])))
+            index = wrap.end + 1
+        out.extend(inserts.get(len(updated), ()))
+        return out
+
+
+def _with_block(item: cst.BaseExpression, statements: list[Statement]) -> cst.With:
+    """`with item:` around `statements`; the first statement's leading comments move above."""
+    first = statements[0]
+    statements[0] = first.with_changes(leading_lines=())
+    return cst.With(
+        items=[cst.WithItem(item=item)],
+        body=cst.IndentedBlock(body=statements),
+        leading_lines=first.leading_lines,
+    )
