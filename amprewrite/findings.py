@@ -50,6 +50,9 @@ CODES: dict[str, Code] = {
                    "`scaler.update()` runs once per iteration, after the last optimizer step."),
     "AMP106": Code(Severity.CHANGE, "evaluation forward pass wrapped in autocast",
                    "Inference runs in the low-precision dtype as well."),
+    "AMP110": Code(Severity.CHANGE, "gradients unscaled before clipping or reading them",
+                   "`scaler.unscale_(optimizer)` runs once per step, before the first code "
+                   "between backward and step that clips or reads `.grad`."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "
@@ -65,6 +68,9 @@ CODES: dict[str, Code] = {
                    "The step is left alone: no scaled loss reaches it from this file."),
     "AMP206": Code(Severity.SKIP, "`torch.autograd.backward` call",
                    "Scale the tensors yourself: `torch.autograd.backward(scaler.scale(loss))`."),
+    "AMP207": Code(Severity.SKIP, "backward with a positional argument",
+                   "`x.backward(arg)` is a framework's backward (`accelerator.backward(loss)`) or "
+                   "passes a gradient; use the framework's own mixed-precision switch."),
 }
 
 

@@ -55,6 +55,7 @@ class ModuleFacts:
     function_class: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
     classes: list[cst.ClassDef] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
+    order: dict[Statement, int] = field(default_factory=dict)  # pre-order (source) position
     header_imports_end: int = 0  # index in module.body after the leading imports
 
     def enclosing_statements(self, statement: Statement) -> list[Statement]:
@@ -105,6 +106,7 @@ class _Collector(cst.CSTVisitor):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
             self.statement_stack.append(node)
+            self.facts.order[node] = len(self.facts.order)
         if isinstance(node, cst.BaseSmallStatement):
             self.small_stack.append(node)
         return super().on_visit(node)

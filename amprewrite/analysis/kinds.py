@@ -41,7 +41,11 @@ _OPTIMIZER_NAMES = frozenset({
     "lion_pytorch.Lion",
     "torch.distributed.optim.ZeroRedundancyOptimizer",
 })
-_SCHEDULER_PREFIXES = ("torch.optim.lr_scheduler.", "timm.scheduler.", "torch.optim.swa_utils.SWALR")
+_SCHEDULER_PREFIXES = (
+    "torch.optim.lr_scheduler.",
+    "timm.scheduler.",
+    "torch.optim.swa_utils.SWALR",
+)
 _MODEL_NAMES = frozenset({
     "torch.nn.DataParallel",
     "torch.nn.parallel.DataParallel",
@@ -58,7 +62,9 @@ _SAME_KIND_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "train",
 
 def _classify_qualified(name: str) -> Kind | None:
     last = name.rsplit(".", 1)[-1]
-    if name.startswith(_SCHEDULER_PREFIXES) or ("schedule" in last and name.startswith("transformers.")):
+    if name.startswith(_SCHEDULER_PREFIXES) or (
+        "schedule" in last and name.startswith("transformers.")
+    ):
         return Kind.SCHEDULER
     if name in _OPTIMIZER_NAMES or (name.startswith(_OPTIMIZER_PREFIXES) and last[:1].isupper()):
         return Kind.OPTIMIZER
@@ -165,7 +171,7 @@ class KindTable:
         methods_by_key: dict[str, set[str]] = {}
         for site in self.facts.calls:
             call = site.call
-            kind = self.kind_of_value(call) if isinstance(call.func, cst.Name | cst.Attribute) else None
+            kind = self.kind_of_value(call)
             if kind is Kind.OPTIMIZER:
                 for arg in call.args:
                     for owner in _parameter_owners(arg.value):

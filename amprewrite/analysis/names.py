@@ -121,13 +121,11 @@ def target_keys(target: cst.BaseExpression) -> Iterator[str]:
 def bound_keys(statement: cst.CSTNode) -> set[str]:
     """Keys that a statement (simple or compound, searched deeply) binds or updates in place."""
     keys: set[str] = set()
-    for node in _walk(statement):
+    for node in walk(statement):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 keys.update(target_keys(target.target))
-        elif isinstance(node, cst.AnnAssign | cst.AugAssign):
-            keys.update(target_keys(node.target))
-        elif isinstance(node, cst.For):
+        elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.For):
             keys.update(target_keys(node.target))
         elif isinstance(node, cst.WithItem) and node.asname is not None:
             keys.update(target_keys(node.asname.name))
@@ -146,17 +144,12 @@ def bound_keys(statement: cst.CSTNode) -> set[str]:
 _MUTATING_METHODS = frozenset({"append", "extend", "update", "insert", "setdefault"})
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under `node` (in no particular order), not entering nested scopes."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        if isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda):
-            if current is not node:
-                continue
-        stack.extend(current.children)
-
-
-def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Pre-order walk that does not descend into nested function, class or lambda bodies."""
-    return _walk(node)
+        nested = isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda)
+        if not nested or current is node:
+            stack.extend(current.children)

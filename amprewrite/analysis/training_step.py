@@ -46,12 +46,22 @@ class Region:
         return list(self.block.body[self.start : self.end + 1])
 
 
+@dataclass(frozen=True)
+class Unscale:
+    """Gradients of `optimizer` must be unscaled before `statement` (it clips or reads them)."""
+
+    statement: Statement
+    optimizer: cst.BaseExpression
+    reason: str
+
+
 @dataclass
 class TrainingSteps:
     backwards: list[CallSite] = field(default_factory=list)  # to scale
     steps: list[CallSite] = field(default_factory=list)  # to route through the scaler
     updates_after: list[CallSite] = field(default_factory=list)  # steps followed by update()
     regions: list[Region] = field(default_factory=list)  # forward + loss, to autocast
+    unscales: list[Unscale] = field(default_factory=list)  # before clipping / reading .grad
     notes: list[Note] = field(default_factory=list)  # sites left alone
 
     @property
@@ -69,6 +79,11 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
             if facts.imports.resolve(site.call.func) == "torch.autograd.backward":
                 result.notes.append(Note("AMP206", site.call, "`torch.autograd.backward(...)` "
                                          "is not loss-scaled automatically; left unchanged"))
+            elif any(arg.keyword is None for arg in site.call.args):
+                # `accelerator.backward(loss)`, `engine.backward(loss)`, `out.backward(grad)`:
+                # a framework owns the backward, or a gradient is passed in.
+                result.notes.append(Note("AMP207", site.call, f"`{_code(facts, site.call)}` "
+                                         "is not a plain loss backward; left unchanged"))
             else:
                 backwards.append(site)
         elif is_step_call(site.call):
@@ -78,8 +93,9 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     for site in backwards:
         text = _code(facts, site.call.func.value)  # type: ignore[attr-defined]
         if site.function is not None and site.function.name.value in closure_functions:
-            result.notes.append(Note("AMP204", site.call, f"`{text}.backward()` runs inside an "
-                                     "optimizer closure, whose step cannot be scaled; left unscaled"))
+            result.notes.append(Note("AMP204", site.call, f"`{text}.backward()` runs inside "
+                                     "an optimizer closure, whose step cannot be scaled; "
+                                     "left unscaled"))
         elif not optimizer_steps:
             result.notes.append(Note("AMP201", site.call, f"`{text}.backward()` has no optimizer "
                                      "step in this file; left unchanged"))
@@ -99,6 +115,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     result.backwards = training_backwards
     result.steps = optimizer_steps
     result.updates_after = _last_steps(optimizer_steps, facts)
+    result.unscales = _unscale_points(optimizer_steps, training_backwards, facts)
     regions: list[Region] = []
     for site in training_backwards:
         region = _loss_region(site, facts, kinds)
@@ -159,12 +176,11 @@ def _steps_in(function: cst.FunctionDef | None, steps: list[CallSite]) -> bool:
     return any(s.function is function for s in steps)
 
 
-def _reads_grad(function: cst.FunctionDef | None) -> bool:
-    if function is None:
+def _reads_grad(node: cst.CSTNode | None) -> bool:
+    if node is None:
         return False
     return any(
-        isinstance(node, cst.Attribute) and node.attr.value == "grad"
-        for node in walk(function)
+        isinstance(child, cst.Attribute) and child.attr.value == "grad" for child in walk(node)
     )
 
 
@@ -196,7 +212,49 @@ def _branch(statement: cst.If, chain: list[Statement]) -> int:
     return 0 if inner in statement.body.body else 1
 
 
+# Unscaling -----------------------------------------------------------------------------------
+_CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
+
+
+def _unscale_points(
+    steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts
+) -> list[Unscale]:
+    """For each step: the first clip or `.grad` read between its last backward and itself."""
+    points: list[Unscale] = []
+    for step in steps:
+        end = facts.order[step.statement]
+        prior = [facts.order[b.statement] for b in backwards
+                 if b.function is step.function and facts.order[b.statement] < end]
+        if not prior:
+            continue
+        start = max(prior)
+        first: tuple[int, Statement, str] | None = None
+        for site in facts.calls:
+            position = facts.order[site.statement]
+            if (site.function is step.function and start < position < end
+                    and _is_clip(site.call) and (first is None or position < first[0])):
+                first = (position, site.statement, "gradient clipping")
+        for line, position in facts.order.items():
+            info = facts.statements.get(line)
+            if (isinstance(line, cst.SimpleStatementLine) and info is not None
+                    and info.function is step.function and start < position < end
+                    and _reads_grad(line) and (first is None or position < first[0])):
+                first = (position, line, "code that reads `.grad`")
+        if first is not None:
+            points.append(Unscale(first[1], step.call.func.value, first[2]))  # type: ignore[attr-defined]
+    return points
+
+
+def _is_clip(call: cst.Call) -> bool:
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+    return name in _CLIP_FUNCTIONS
+
+
 # Autocast regions ----------------------------------------------------------------------------
+_SCOPE_OR_LOOP = (cst.FunctionDef, cst.ClassDef, cst.For, cst.While)
+
+
 def _loss_region(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> Region | None:
     """The statements computing the loss that `site` backpropagates, by a backward slice."""
     needed = set(iter_keys(site.call.func.value))  # type: ignore[attr-defined]
@@ -207,7 +265,7 @@ def _loss_region(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> Region
         if region is not None:
             return region
         parent = facts.statements[current].parent
-        if parent is None or isinstance(parent, cst.FunctionDef | cst.ClassDef | cst.For | cst.While):
+        if parent is None or isinstance(parent, _SCOPE_OR_LOOP):
             return None
         current = parent
 

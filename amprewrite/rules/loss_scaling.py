@@ -27,8 +27,8 @@ def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
             return node.with_changes(func=node.func.with_changes(value=scaled))
 
         ctx.plan.replaces.append(Replace(site.call, build))
-        ctx.notes.append(Note("AMP102", site.call,
-                              f"`{loss_text}.backward()` scaled: `{ctx.scaler_expr}.scale({loss_text})`"))
+        scaled = f"{ctx.scaler_expr}.scale({loss_text})"
+        ctx.notes.append(Note("AMP102", site.call, f"`{loss_text}.backward()` scaled: `{scaled}`"))
 
 
 def route_steps(ctx: RuleContext, steps: list[CallSite]) -> None:

@@ -13,6 +13,7 @@ from amprewrite.rules.context import RuleContext
 from amprewrite.rules.imports import runtime_import, torch_name
 from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
 from amprewrite.rules.scaler_creation import create_scaler
+from amprewrite.rules.unscaling import unscale_before_use
 from amprewrite.transform import Insert
 
 
@@ -35,6 +36,7 @@ def plan_o1(
         scale_backwards(ctx, training.backwards)
         route_steps(ctx, training.steps)
         add_updates(ctx, training.updates_after)
+        unscale_before_use(ctx, training.unscales)
     wrap_regions(ctx, training.regions, "AMP101", "forward pass and loss")
     wrap_regions(ctx, evaluation, "AMP106", "evaluation forward pass")
     header = [ctx.parse_statement(code) for code in imports]

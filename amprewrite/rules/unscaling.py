@@ -1,0 +1,21 @@
+"""Unscale gradients before anything between backward and step looks at them."""
+
+from __future__ import annotations
+
+from amprewrite.analysis.training_step import Note, Unscale
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Insert
+
+
+def unscale_before_use(ctx: RuleContext, points: list[Unscale]) -> None:
+    seen: set[tuple[int, str]] = set()
+    for point in points:
+        optimizer = " ".join(ctx.facts.module.code_for_node(point.optimizer).split())
+        if (id(point.statement), optimizer) in seen:
+            continue
+        seen.add((id(point.statement), optimizer))
+        code = f"{ctx.scaler_expr}.unscale_({optimizer})"
+        block, index = ctx.facts.position(point.statement)
+        ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(code)]))
+        ctx.notes.append(Note("AMP110", point.statement,
+                              f"`{code}` added before {point.reason}, so it sees true gradients"))
