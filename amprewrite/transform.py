@@ -28,8 +28,9 @@ class Wrap:
 
     block: Block
     start: int
-    end: int
+    end: int  # `start - 1` for an empty range: the block then holds `tail` only
     item: cst.BaseExpression
+    tail: Sequence[Statement] = ()  # new statements ending the with block
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,9 @@ class _Applier(cst.CSTTransformer):
                 out.append(updated[index])
                 index += 1
                 continue
-            out.append(_with_block(wrap.item, list(updated[wrap.start : wrap.end + 1])))
+            del wraps[index]
+            body = [*updated[wrap.start : wrap.end + 1], *wrap.tail]
+            out.append(_with_block(wrap.item, body))
             index = wrap.end + 1
         out.extend(inserts.get(len(updated), ()))
         return out

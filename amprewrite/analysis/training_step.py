@@ -35,11 +35,17 @@ class Note:
 
 @dataclass(frozen=True)
 class Region:
-    """Consecutive statements `first`..`last` of one block, to run under autocast."""
+    """Statements `start`..`end` of one block, to run under autocast.
+
+    With `hoist`, a backward whose receiver computes the loss inline (`crit(model(x), y)
+    .backward()`): the loss is assigned to a variable at the end of the region, and the range
+    may be empty (`start == end + 1`, the backward's own position).
+    """
 
     block: Block
     start: int
     end: int
+    hoist: CallSite | None = None
 
     @property
     def statements(self) -> list[Statement]:
@@ -119,6 +125,10 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     regions: list[Region] = []
     for site in training_backwards:
         region = _loss_region(site, facts, kinds)
+        if _computes_inline(site, facts):
+            block, index = facts.position(site.statement)
+            start = region.start if region is not None and region.block is block else index
+            region = Region(block, start, index - 1, hoist=site)
         if region is None:
             result.notes.append(Note("AMP203", site.call, "the loss is computed outside this "
                                      "function; wrap its forward pass in `autocast()` there"))
@@ -190,11 +200,21 @@ def _last_steps(steps: list[CallSite], facts: ModuleFacts) -> list[CallSite]:
     for index, site in enumerate(steps):
         later = [
             other for other in steps[index + 1 :]
-            if other.function is site.function and not _exclusive(site, other, facts)
+            if _same_iteration(site, other, facts) and not _exclusive(site, other, facts)
         ]
         if not later:
             last.append(site)
     return last
+
+
+def _same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:
+    """True when `other` (later in the source) runs in the same loop iteration as `site`."""
+    if other.function is not site.function:
+        return False
+    loop = facts.enclosing_loop(site.statement)
+    if loop is None:
+        return facts.enclosing_loop(other.statement) is None
+    return loop in facts.enclosing_statements(other.statement)
 
 
 def _exclusive(a: CallSite, b: CallSite, facts: ModuleFacts) -> bool:
@@ -289,6 +309,18 @@ def _slice_region(
     return Region(block, min(compute), max(sliced))
 
 
+def _computes_inline(site: CallSite, facts: ModuleFacts) -> bool:
+    """`crit(model(x), y).backward()` alone on its line: the loss can move to a variable."""
+    line = site.statement
+    return (
+        isinstance(line, cst.SimpleStatementLine)
+        and len(line.body) == 1
+        and isinstance(line.body[0], cst.Expr)
+        and line.body[0].value is site.call
+        and is_compute(site.call.func.value, facts)  # type: ignore[attr-defined]
+    )
+
+
 def _is_step_boundary(statement: Statement) -> bool:
     return any(is_backward_call(c) or is_step_call(c) for c in calls_in(statement))
 
@@ -311,7 +343,8 @@ def merge_regions(regions: list[Region], facts: ModuleFacts) -> list[Region]:
         current = group[0]
         for region in group[1:]:
             if region.start <= current.end + 1:
-                current = Region(current.block, current.start, max(current.end, region.end))
+                end = max(current.end, region.end)
+                current = Region(current.block, current.start, end, region.hoist or current.hoist)
             else:
                 merged.append(current)
                 current = region

@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
+from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.training_step import Note, Region
 from amprewrite.rules.context import RuleContext
-from amprewrite.transform import Wrap
+from amprewrite.transform import Replace, Wrap
 
 
 def wrap_regions(ctx: RuleContext, regions: list[Region], code: str, what: str) -> None:
     for region in regions:
         item = ctx.parse_expression(ctx.autocast_call)
-        ctx.plan.wraps.append(Wrap(region.block, region.start, region.end, item))
-        first = region.block.body[region.start]
-        ctx.notes.append(Note(code, first, f"{what} wrapped in `with {ctx.autocast_call}:`"))
+        message = f"{what} wrapped in `with {ctx.autocast_call}:`"
+        tail = []
+        if region.hoist is not None:
+            tail = [_hoist_loss(ctx, region)]
+            name = ctx.hoisted[id(region.hoist.call)]
+            message += f"; the loss computed in `.backward()` is now `{name}`"
+        ctx.plan.wraps.append(Wrap(region.block, region.start, region.end, item, tail))
+        ctx.notes.append(Note(code, region.block.body[region.start], message))
+
+
+def _hoist_loss(ctx: RuleContext, region: Region) -> cst.SimpleStatementLine:
+    """`crit(out, y).backward()` -> `loss = crit(out, y)` (under autocast) + `loss.backward()`."""
+    assert region.hoist is not None
+    call = region.hoist.call
+    assert isinstance(call.func, cst.Attribute)
+    # One fresh name serves every hoisted loss: each is used on the very next line only.
+    name = next(iter(ctx.hoisted.values()), None) or fresh_name(ctx.facts, ("loss", "amp_loss"))
+    ctx.hoisted[id(call)] = name
+    receiver = call.func.value.with_changes(lpar=[], rpar=[])
+    line = cst.SimpleStatementLine(
+        [cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=receiver)]
+    )
+
+    def use_name(node: cst.CSTNode) -> cst.CSTNode:
+        return node.with_changes(value=cst.Name(name))
+
+    ctx.plan.replaces.append(Replace(call.func, use_name))
+    return line

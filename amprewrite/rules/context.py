@@ -20,6 +20,7 @@ class RuleContext:
     scaler_expr: str | None = None  # e.g. `scaler` / `self.scaler`; None: no loss scaling
     plan: Plan = field(default_factory=Plan)
     notes: list[Note] = field(default_factory=list)
+    hoisted: dict[int, str] = field(default_factory=dict)  # id(backward call) -> loss variable
 
     def parse_statement(self, code: str) -> cst.SimpleStatementLine:
         statement = cst.parse_statement(code, config=self.facts.module.config_for_parsing)

@@ -16,7 +16,7 @@ def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
     for site in backwards:
         func = site.call.func
         assert isinstance(func, cst.Attribute)
-        loss_text = _code(ctx, func.value)
+        loss_text = ctx.hoisted.get(id(site.call)) or _code(ctx, func.value)
 
         def build(node: cst.CSTNode, scale: cst.BaseExpression = scale) -> cst.CSTNode:
             assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)

@@ -26,6 +26,8 @@ def plan_o1(
         _plain_style(facts, options) if options.plain else _runtime_style(facts, options, scaling)
     )
     ctx = RuleContext(facts, options, autocast_call)
+    wrap_regions(ctx, training.regions, "AMP101", "forward pass and loss")
+    wrap_regions(ctx, evaluation, "AMP106", "evaluation forward pass")
     if scaling:
         home = find_scaler_home(facts, training.backwards + training.steps,
                                 facts.header_imports_end)
@@ -37,8 +39,6 @@ def plan_o1(
         route_steps(ctx, training.steps)
         add_updates(ctx, training.updates_after)
         unscale_before_use(ctx, training.unscales)
-    wrap_regions(ctx, training.regions, "AMP101", "forward pass and loss")
-    wrap_regions(ctx, evaluation, "AMP106", "evaluation forward pass")
     header = [ctx.parse_statement(code) for code in imports]
     for position, code in enumerate(definitions):
         line = ctx.parse_statement(code)
