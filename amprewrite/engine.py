@@ -48,8 +48,12 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     if options.opt_level == "O0" or not (training.found or evaluation):
         notes = [] if options.opt_level == "O0" else training.notes
         findings = _locate(module, notes)
-        message = ("opt level O0 is FP32 training: nothing to change" if options.opt_level == "O0"
-                   else "no training step or evaluation forward pass found; file left unchanged")
+        if options.opt_level == "O0":
+            message = "opt level O0 is FP32 training: nothing to change"
+        elif findings:
+            message = "nothing amprewrite can rewrite safely; file left unchanged (see above)"
+        else:
+            message = "no training step or evaluation forward pass found; file left unchanged"
         return _unchanged(source, [*findings, Finding("AMP001", 1, 1, message)])
     ctx = plan_o1(facts, training, evaluation, options)
     new_module = apply_edits(module, ctx.plan)

@@ -120,13 +120,14 @@ class _Applier(cst.CSTTransformer):
         joined = [s.with_changes(semicolon=semicolon) for s in out[:-1]]
         return [*joined, out[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]
 
-    def _rebuild(self, original: Block, updated: Sequence[Statement]) -> list[Statement]:
+    def _rebuild(self, original: Block, statements: Sequence[Statement]) -> list[Statement]:
         wraps = {w.start: w for w in self.wraps.get(id(original), [])}
         inserts: dict[int, list[Statement]] = {}
         for insert in self.inserts.get(id(original), []):
             inserts.setdefault(insert.index, []).extend(insert.statements)
+        updated = list(statements)
         if not wraps and not inserts:
-            return list(updated)
+            return updated
         out: list[Statement] = []
         index = 0
         while index < len(updated):
@@ -137,6 +138,11 @@ class _Applier(cst.CSTTransformer):
                 index += 1
                 continue
             del wraps[index]
+            if wrap.end < wrap.start:  # only new statements: they take the comments above
+                block = _with_block(wrap.item, [*wrap.tail])
+                out.append(block.with_changes(leading_lines=updated[index].leading_lines))
+                updated[index] = updated[index].with_changes(leading_lines=())
+                continue
             body = [*updated[wrap.start : wrap.end + 1], *wrap.tail]
             out.append(_with_block(wrap.item, body))
             index = wrap.end + 1
