@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from amprewrite.analysis.checkpoints import analyse_checkpoints
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import existing_amp
 from amprewrite.analysis.facts import collect
@@ -55,7 +56,8 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
         else:
             message = "no training step or evaluation forward pass found; file left unchanged"
         return _unchanged(source, [*findings, Finding("AMP001", 1, 1, message)])
-    ctx = plan_o1(facts, training, evaluation, options)
+    checkpoints = analyse_checkpoints(facts, kinds)
+    ctx = plan_o1(facts, training, evaluation, checkpoints, options)
     new_module = apply_edits(module, ctx.plan)
     new_source = new_module.bytes
     _check_parses(new_source)

@@ -53,6 +53,12 @@ CODES: dict[str, Code] = {
     "AMP110": Code(Severity.CHANGE, "gradients unscaled before clipping or reading them",
                    "`scaler.unscale_(optimizer)` runs once per step, before the first code "
                    "between backward and step that clips or reads `.grad`."),
+    "AMP120": Code(Severity.CHANGE, "scaler state saved in the checkpoint",
+                   "Every dict carrying an optimizer's state that reaches `torch.save` or a save "
+                   "helper also carries the scaler's."),
+    "AMP121": Code(Severity.CHANGE, "scaler state restored from the checkpoint",
+                   "Restored only when the checkpoint has it, so checkpoints written before the "
+                   "rewrite still load."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

@@ -55,6 +55,7 @@ class ModuleFacts:
     function_class: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
     classes: list[cst.ClassDef] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
+    strings: set[str] = field(default_factory=set)  # values of plain string literals
     order: dict[Statement, int] = field(default_factory=dict)  # pre-order (source) position
     header_imports_end: int = 0  # index in module.body after the leading imports
 
@@ -166,6 +167,11 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.facts.names.add(node.value)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        value = node.evaluated_value
+        if isinstance(value, str) and len(value) < 64:
+            self.facts.strings.add(value)
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.statement_stack:

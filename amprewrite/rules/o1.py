@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from amprewrite.analysis.checkpoints import Checkpoints
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.scaler_home import find_scaler_home, fresh_name
 from amprewrite.analysis.training_step import Region, TrainingSteps
 from amprewrite.options import Options
 from amprewrite.rules.autocast import wrap_regions
+from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.imports import runtime_import, torch_name
 from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
@@ -18,7 +20,11 @@ from amprewrite.transform import Insert
 
 
 def plan_o1(
-    facts: ModuleFacts, training: TrainingSteps, evaluation: list[Region], options: Options
+    facts: ModuleFacts,
+    training: TrainingSteps,
+    evaluation: list[Region],
+    checkpoints: Checkpoints,
+    options: Options,
 ) -> RuleContext:
     """Plan the O1 rewrite of a module with training steps and/or evaluation passes."""
     scaling = training.found and not (options.plain and options.dtype == "bfloat16")
@@ -29,8 +35,9 @@ def plan_o1(
     wrap_regions(ctx, training.regions, "AMP101", "forward pass and loss")
     wrap_regions(ctx, evaluation, "AMP106", "evaluation forward pass")
     if scaling:
-        home = find_scaler_home(facts, training.backwards + training.steps,
-                                facts.header_imports_end)
+        uses = [*training.backwards, *training.steps,
+                *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
+        home = find_scaler_home(facts, uses, facts.header_imports_end)
         ctx.scaler_expr = home.expression
         code = create_scaler(ctx, home, constructor)
         if home.scope == "global":
@@ -39,6 +46,7 @@ def plan_o1(
         route_steps(ctx, training.steps)
         add_updates(ctx, training.updates_after)
         unscale_before_use(ctx, training.unscales)
+        checkpoint_scaler(ctx, checkpoints)
     header = [ctx.parse_statement(code) for code in imports]
     for position, code in enumerate(definitions):
         line = ctx.parse_statement(code)

@@ -1,0 +1,144 @@
+"""Checkpoints: dicts carrying an optimizer's state that reach `torch.save` or a save helper,
+and the places where an optimizer's state is restored from a checkpoint dict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
+from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.names import dotted, receiver_key
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """An optimizer state entry to pair with the scaler's: a dict element, a `dict(...)`
+    keyword, or a `ckpt["optimizer"] = opt.state_dict()` statement."""
+
+    site: CallSite  # the save call the state reaches (the scaler must be reachable there)
+    entry: cst.DictElement | cst.Arg | Statement
+    container: cst.Dict | cst.Call | None  # the dict literal or `dict(...)` call holding it
+
+
+@dataclass(frozen=True)
+class RestoredState:
+    """`optimizer.load_state_dict(checkpoint["optimizer"])`: restore the scaler after it."""
+
+    site: CallSite
+    checkpoint: cst.BaseExpression  # `checkpoint`, evaluated again for the scaler's entry
+
+
+@dataclass
+class Checkpoints:
+    saved: list[SavedState]
+    restored: list[RestoredState]
+    key: str  # the checkpoint key for the scaler's state
+
+
+def analyse_checkpoints(facts: ModuleFacts, kinds: KindTable) -> Checkpoints:
+    key = "scaler" if "scaler" not in facts.strings else "grad_scaler"
+    saved: list[SavedState] = []
+    restored: list[RestoredState] = []
+    for site in facts.calls:
+        if _is_save(site.call, facts):
+            for arg in site.call.args:
+                saved.extend(_optimizer_entries(arg.value, site, facts, kinds))
+        elif _is_optimizer_load(site.call, kinds):
+            state = site.call.args[0].value
+            on_own_line = site.small is not None and (
+                facts.small_containers.get(site.small) is site.statement
+            )
+            if (on_own_line and isinstance(state, cst.Subscript)
+                    and dotted(state.value) is not None):
+                restored.append(RestoredState(site, state.value))
+    return Checkpoints(_unique(saved), restored, key)
+
+
+def _is_save(call: cst.Call, facts: ModuleFacts) -> bool:
+    """`torch.save(...)` or a helper named for saving (`save_checkpoint`, `save_on_master`)."""
+    if facts.imports.resolve(call.func) == "torch.save":
+        return True
+    name = dotted(call.func)
+    return name is not None and "save" in name.rsplit(".", 1)[-1].lower()
+
+
+def _is_optimizer_load(call: cst.Call, kinds: KindTable) -> bool:
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and func.attr.value == "load_state_dict"
+        and len(call.args) == 1
+        and _is_optimizer(func.value, kinds)
+    )
+
+
+def _is_optimizer(node: cst.BaseExpression, kinds: KindTable) -> bool:
+    kind = kinds.of_expr(node)
+    if kind is not None:
+        return kind is Kind.OPTIMIZER
+    key = (receiver_key(node) or "").rsplit(".", 1)[-1].lower()
+    return "optim" in key or key in {"opt", "optimiser"}
+
+
+def _is_optimizer_state(node: cst.BaseExpression, kinds: KindTable) -> bool:
+    """`optimizer.state_dict()`."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "state_dict"
+        and _is_optimizer(node.func.value, kinds)
+    )
+
+
+def _optimizer_entries(
+    value: cst.BaseExpression, site: CallSite, facts: ModuleFacts, kinds: KindTable
+) -> list[SavedState]:
+    """Optimizer-state entries of a dict given literally, as `dict(...)`, or by name."""
+    if isinstance(value, cst.Dict):
+        return [SavedState(site, e, value) for e in value.elements
+                if isinstance(e, cst.DictElement) and _is_optimizer_state(e.value, kinds)]
+    if isinstance(value, cst.Call) and dotted(value.func) == "dict":
+        return [SavedState(site, a, value) for a in value.args
+                if a.keyword is not None and _is_optimizer_state(a.value, kinds)]
+    name = dotted(value)
+    if name is None:
+        return []
+    entries: list[SavedState] = []
+    for binding in facts.bindings:  # `state = {...}` earlier in the same function
+        if binding.function is site.function and binding.keys == (name,):
+            if isinstance(binding.value, cst.Dict | cst.Call):
+                entries.extend(_optimizer_entries(binding.value, site, facts, kinds))
+    for line in _subscript_assignments(facts, kinds, site, name):  # `state["optimizer"] = ...`
+        entries.append(SavedState(site, line, None))
+    return entries
+
+
+def _subscript_assignments(
+    facts: ModuleFacts, kinds: KindTable, site: CallSite, name: str
+) -> list[Statement]:
+    lines = []
+    for binding in facts.bindings:
+        if binding.function is not site.function or binding.keys != (name,):
+            continue
+        statement = binding.statement
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        assign = statement.body[0]
+        if (isinstance(assign, cst.Assign) and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Subscript)
+                and _is_optimizer_state(assign.value, kinds)):
+            lines.append(statement)
+    return lines
+
+
+def _unique(saved: list[SavedState]) -> list[SavedState]:
+    """One entry per dict element or statement, even when several saves reach it."""
+    seen: set[int] = set()
+    unique = []
+    for state in saved:
+        if id(state.entry) not in seen:
+            seen.add(id(state.entry))
+            unique.append(state)
+    return unique

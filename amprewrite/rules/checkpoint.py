@@ -1,0 +1,104 @@
+"""Save the scaler's state wherever the optimizer's is saved, and restore it likewise."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.checkpoints import Checkpoints, SavedState
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Insert, Replace
+
+
+def checkpoint_scaler(ctx: RuleContext, checkpoints: Checkpoints) -> None:
+    last_entry: dict[int, SavedState] = {}
+    for state in checkpoints.saved:  # one scaler entry per dict: after its last optimizer entry
+        key = id(state.container) if state.container is not None else id(state.entry)
+        last_entry[key] = state
+    for state in last_entry.values():
+        if state.container is None:
+            _save_by_statement(ctx, state, checkpoints.key)
+        else:
+            _save_in_container(ctx, state, checkpoints.key)
+        ctx.notes.append(Note("AMP120", state.entry, f"scaler state saved under "
+                              f"\"{checkpoints.key}\" next to the optimizer's"))
+    for restored in checkpoints.restored:
+        subscript = restored.site.call.args[0].value
+        assert isinstance(subscript, cst.Subscript)
+        quote = _subscript_quote(subscript)
+        key = f"{quote}{checkpoints.key}{quote}"
+        _restore_after(ctx, restored.site.statement, restored.checkpoint, key)
+
+
+def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
+    container, anchor = state.container, state.entry
+    value = ctx.parse_expression(f"{ctx.scaler_expr}.state_dict()")
+    if isinstance(container, cst.Dict):
+        assert isinstance(anchor, cst.DictElement)
+        quote = _quote_of(anchor.key)
+        new: cst.DictElement | cst.Arg = anchor.with_changes(
+            key=cst.SimpleString(f"{quote}{key}{quote}"), value=value)
+        attribute = "elements"
+    else:
+        assert isinstance(anchor, cst.Arg)
+        new = anchor.with_changes(keyword=cst.Name(key), value=value)
+        attribute = "args"
+    position = list(getattr(container, attribute)).index(anchor)
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        items = list(getattr(node, attribute))
+        return node.with_changes(**{attribute: _insert_after(items, position, new)})
+
+    ctx.plan.replaces.append(Replace(container, build))
+
+
+def _insert_after(items: list, position: int, new: cst.CSTNode) -> list:
+    """Insert `new` after `items[position]`, keeping the separator and trailing-comma style."""
+    anchor = items[position]
+    if position + 1 < len(items):
+        new = new.with_changes(comma=anchor.comma)
+    else:
+        separator = items[position - 1].comma if position > 0 else cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))
+        new = new.with_changes(comma=anchor.comma)
+        items[position] = anchor.with_changes(comma=separator)
+    return [*items[: position + 1], new, *items[position + 1 :]]
+
+
+def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:
+    statement = state.entry
+    assert isinstance(statement, cst.SimpleStatementLine)
+    assign = statement.body[0]
+    assert isinstance(assign, cst.Assign)
+    target = assign.targets[0].target
+    assert isinstance(target, cst.Subscript)
+    base = ctx.facts.module.code_for_node(target.value)
+    quote = _subscript_quote(target)
+    line = ctx.parse_statement(f"{base}[{quote}{key}{quote}] = {ctx.scaler_expr}.state_dict()")
+    block, index = ctx.facts.position(statement)
+    ctx.plan.inserts.append(Insert(block, index + 1, [line]))
+
+
+def _restore_after(
+    ctx: RuleContext, statement: cst.CSTNode, checkpoint: cst.BaseExpression, key: str
+) -> None:
+    name = ctx.facts.module.code_for_node(checkpoint)
+    indent = ctx.facts.module.default_indent
+    code = (f"if {key} in {name}:\n"
+            f"{indent}{ctx.scaler_expr}.load_state_dict({name}[{key}])\n")
+    restore = cst.parse_statement(code, config=ctx.facts.module.config_for_parsing)
+    block, index = ctx.facts.position(statement)  # type: ignore[arg-type]
+    ctx.plan.inserts.append(Insert(block, index + 1, [restore]))
+    ctx.notes.append(Note("AMP121", statement, f"scaler state restored from `{name}` when it "
+                          "has one (checkpoints written before the rewrite have none)"))
+
+
+def _subscript_quote(subscript: cst.Subscript) -> str:
+    index = subscript.slice[0].slice
+    return _quote_of(index.value) if isinstance(index, cst.Index) else '"'
+
+
+def _quote_of(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.SimpleString) and node.quote in ("'", '"'):
+        return node.quote
+    return '"'
