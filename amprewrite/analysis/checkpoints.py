@@ -107,9 +107,9 @@ def _optimizer_entries(
         return []
     entries: list[SavedState] = []
     for binding in facts.bindings:  # `state = {...}` earlier in the same function
-        if binding.function is site.function and binding.keys == (name,):
-            if isinstance(binding.value, cst.Dict | cst.Call):
-                entries.extend(_optimizer_entries(binding.value, site, facts, kinds))
+        if (binding.function is site.function and binding.keys == (name,)
+                and isinstance(binding.value, cst.Dict | cst.Call)):
+            entries.extend(_optimizer_entries(binding.value, site, facts, kinds))
     for line in _subscript_assignments(facts, kinds, site, name):  # `state["optimizer"] = ...`
         entries.append(SavedState(site, line, None))
     return entries
