@@ -7,14 +7,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from amprewrite.analysis.checkpoints import analyse_checkpoints
-from amprewrite.analysis.evaluation import analyse_evaluation
-from amprewrite.analysis.existing_amp import existing_amp
-from amprewrite.analysis.facts import collect
-from amprewrite.analysis.kinds import KindTable
-from amprewrite.analysis.training_step import Note, analyse_training
+from amprewrite.analysis import analyse
+from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
-from amprewrite.options import Options
+from amprewrite.options import Options, validate
 from amprewrite.rules.o1 import plan_o1
 from amprewrite.transform import apply_edits
 
@@ -36,33 +32,28 @@ class RewriteError(Exception):
 
 def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     """Rewrite one Python source (bytes, any PEP 263 encoding) for `options`."""
+    problem = validate(options)
+    if problem is not None:
+        raise ValueError(problem)
     module = _parse(source)
-    facts = collect(module)
-    amp = existing_amp(facts)
-    if amp is not None:
-        return _unchanged(source, [Finding("AMP002", 1, 1,
-                                           f"file already uses mixed precision (`{amp}`); "
-                                           "left unchanged")])
-    kinds = KindTable(facts)
-    training = analyse_training(facts, kinds)
-    evaluation = analyse_evaluation(facts, kinds, training.regions)
-    if options.opt_level == "O0" or not (training.found or evaluation):
-        notes = [] if options.opt_level == "O0" else training.notes
-        findings = _locate(module, notes)
-        if options.opt_level == "O0":
-            message = "opt level O0 is FP32 training: nothing to change"
-        elif findings:
-            message = "nothing amprewrite can rewrite safely; file left unchanged (see above)"
-        else:
-            message = "no training step or evaluation forward pass found; file left unchanged"
-        return _unchanged(source, [*findings, Finding("AMP001", 1, 1, message)])
-    checkpoints = analyse_checkpoints(facts, kinds)
-    ctx = plan_o1(facts, training, evaluation, checkpoints, options)
-    new_module = apply_edits(module, ctx.plan)
-    new_source = new_module.bytes
+    analysis = analyse(module)
+    if analysis.existing_amp is not None:
+        message = f"file already uses mixed precision (`{analysis.existing_amp}`); left unchanged"
+        return RewriteResult(source, [Finding("AMP002", 1, 1, message)])
+    if options.opt_level == "O0":
+        message = "opt level O0 is FP32 training: nothing to change"
+        return RewriteResult(source, [Finding("AMP001", 1, 1, message)])
+    if not analysis.has_work:
+        findings = _locate(module, analysis.training.notes)
+        message = ("nothing amprewrite can rewrite safely; file left unchanged (see above)"
+                   if findings else
+                   "no training step or evaluation forward pass found; file left unchanged")
+        return RewriteResult(source, [*findings, Finding("AMP001", 1, 1, message)])
+    ctx = plan_o1(analysis, options)
+    new_source = apply_edits(module, ctx.plan).bytes
     _check_parses(new_source)
-    findings = _locate(module, [*training.notes, *ctx.notes])
-    return RewriteResult(new_source, findings, new_source != source)
+    notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]
+    return RewriteResult(new_source, _locate(module, notes), new_source != source)
 
 
 def _parse(source: bytes) -> cst.Module:
@@ -81,10 +72,6 @@ def _check_parses(source: bytes) -> None:
     except cst.ParserSyntaxError as exc:  # a bug in a rule: never write such a file
         raise RewriteError(Finding("AMP004", 1, 1, f"internal error: the rewrite does not parse "
                                    f"({exc.message}); file left unchanged")) from exc
-
-
-def _unchanged(source: bytes, findings: list[Finding]) -> RewriteResult:
-    return RewriteResult(source, findings, False)
 
 
 def _locate(module: cst.Module, notes: list[Note]) -> list[Finding]:

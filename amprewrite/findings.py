@@ -53,12 +53,18 @@ CODES: dict[str, Code] = {
     "AMP110": Code(Severity.CHANGE, "gradients unscaled before clipping or reading them",
                    "`scaler.unscale_(optimizer)` runs once per step, before the first code "
                    "between backward and step that clips or reads `.grad`."),
+    "AMP111": Code(Severity.CHANGE, "LR scheduler guarded against skipped steps",
+                   "A scheduler stepped in the same iteration as the optimizer only steps when "
+                   "the scaler did not skip the optimizer step (pytorch issue 55585)."),
     "AMP120": Code(Severity.CHANGE, "scaler state saved in the checkpoint",
                    "Every dict carrying an optimizer's state that reaches `torch.save` or a save "
                    "helper also carries the scaler's."),
     "AMP121": Code(Severity.CHANGE, "scaler state restored from the checkpoint",
                    "Restored only when the checkpoint has it, so checkpoints written before the "
                    "rewrite still load."),
+    "AMP130": Code(Severity.CHANGE, "binary cross-entropy moved out of autocast",
+                   "`nn.BCELoss`/`F.binary_cross_entropy` raise under CUDA autocast; they now run "
+                   "after the autocast block on float32 inputs. Prefer `BCEWithLogitsLoss`."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "
@@ -77,6 +83,15 @@ CODES: dict[str, Code] = {
     "AMP207": Code(Severity.SKIP, "backward with a positional argument",
                    "`x.backward(arg)` is a framework's backward (`accelerator.backward(loss)`) or "
                    "passes a gradient; use the framework's own mixed-precision switch."),
+    "AMP131": Code(Severity.SKIP, "binary cross-entropy computed inside `.backward()`",
+                   "The forward pass inside the loss call cannot be autocast; switch to "
+                   "`BCEWithLogitsLoss` or compute the model output on its own line."),
+    "AMP140": Code(Severity.SKIP, "manual cast to a low-precision dtype",
+                   "apex's rule holds: never cast the model or inputs by hand under AMP; remove "
+                   "the cast and let autocast pick the precision per operation."),
+    "AMP208": Code(Severity.SKIP, "`torch.autograd.grad` in a training step",
+                   "Left unscaled: results stay correct, but float16 gradients may underflow. "
+                   "Scale the outputs and unscale the gradients as in the AMP recipe."),
 }
 
 

@@ -97,6 +97,7 @@ class KindTable:
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
         self.kinds: dict[str, Kind] = {}
+        self.constructors: dict[str, str] = {}  # key -> qualified name of what built it
         self._local_classes = self._local_class_kinds()
         self._function_names = {f.name.value for f in facts.functions}
         for _ in range(4):  # a few rounds reach a fixpoint on real scripts
@@ -165,6 +166,10 @@ class KindTable:
             if len(binding.keys) != 1:
                 continue
             self._set(binding.keys[0], self.kind_of_value(binding.value))
+            if isinstance(binding.value, cst.Call):
+                built_by = self.facts.imports.resolve(binding.value.func)
+                if built_by is not None:
+                    self.constructors.setdefault(binding.keys[0], built_by)
 
     # Use ----------------------------------------------------------------------------------
     def _from_uses(self) -> None:

@@ -200,14 +200,14 @@ def _last_steps(steps: list[CallSite], facts: ModuleFacts) -> list[CallSite]:
     for index, site in enumerate(steps):
         later = [
             other for other in steps[index + 1 :]
-            if _same_iteration(site, other, facts) and not _exclusive(site, other, facts)
+            if same_iteration(site, other, facts) and not _exclusive(site, other, facts)
         ]
         if not later:
             last.append(site)
     return last
 
 
-def _same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:
+def same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:
     """True when `other` (later in the source) runs in the same loop iteration as `site`."""
     if other.function is not site.function:
         return False

@@ -21,6 +21,8 @@ class RuleContext:
     plan: Plan = field(default_factory=Plan)
     notes: list[Note] = field(default_factory=list)
     hoisted: dict[int, str] = field(default_factory=dict)  # id(backward call) -> loss variable
+    # id(optimizer step call) -> variable holding the scale before `update()` (plain style)
+    scale_before_update: dict[int, str] = field(default_factory=dict)
 
     def parse_statement(self, code: str) -> cst.SimpleStatementLine:
         statement = cst.parse_statement(code, config=self.facts.module.config_for_parsing)

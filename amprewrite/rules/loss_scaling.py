@@ -56,12 +56,16 @@ def add_updates(ctx: RuleContext, after: list[CallSite]) -> None:
         small = site.small
         assert small is not None
         container = ctx.facts.small_containers[small]
-        line = ctx.parse_statement(code)
+        lines = [ctx.parse_statement(code)]
+        before = ctx.scale_before_update.get(id(site.call))
+        if before is not None:  # plain style, a guarded scheduler follows
+            lines.insert(0, ctx.parse_statement(f"{before} = {ctx.scaler_expr}.get_scale()"))
         if isinstance(container, cst.SimpleStatementLine) and len(container.body) == 1:
             block, index = ctx.facts.position(container)
-            ctx.plan.inserts.append(Insert(block, index + 1, [line]))
+            ctx.plan.inserts.append(Insert(block, index + 1, lines))
         else:
-            ctx.plan.small_inserts.append(InsertAfterSmall(small, [line.body[0]]))
+            smalls = [line.body[0] for line in lines]
+            ctx.plan.small_inserts.append(InsertAfterSmall(small, smalls))
         ctx.notes.append(Note("AMP105", site.call, f"`{code}` added after the last optimizer "
                               "step of the iteration"))
 

@@ -1,0 +1,54 @@
+"""Analysis: facts about a module's training steps. Nothing here changes the tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
+from amprewrite.analysis.evaluation import analyse_evaluation
+from amprewrite.analysis.existing_amp import existing_amp
+from amprewrite.analysis.facts import ModuleFacts, collect
+from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
+from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
+from amprewrite.analysis.training_step import Note, TrainingSteps, analyse_training
+from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses
+
+
+@dataclass
+class ModuleAnalysis:
+    facts: ModuleFacts
+    existing_amp: str | None  # the AMP API the module already uses, if any
+    training: TrainingSteps
+    training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
+    evaluation_regions: SplitRegions
+    checkpoints: Checkpoints
+    schedulers: list[GuardedScheduler]
+    hazards: list[Note]  # risky code reported, not changed
+    sharded: bool  # FSDP: the scaler must be the sharded one
+
+    @property
+    def has_work(self) -> bool:
+        return self.training.found or bool(self.evaluation_regions.regions)
+
+
+def analyse(module: cst.Module) -> ModuleAnalysis:
+    facts = collect(module)
+    amp = existing_amp(facts)
+    kinds = KindTable(facts)
+    training = analyse_training(facts, kinds)
+    evaluation = analyse_evaluation(facts, kinds, training.regions)
+    training_functions = {site.function for site in training.backwards}
+    return ModuleAnalysis(
+        facts=facts,
+        existing_amp=amp,
+        training=training,
+        training_regions=split_unsafe_losses(training.regions, facts, kinds),
+        evaluation_regions=split_unsafe_losses(evaluation, facts, kinds),
+        checkpoints=analyse_checkpoints(facts, kinds),
+        schedulers=schedulers_after_steps(facts, kinds, training.updates_after),
+        hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions)],
+        sharded=uses_fsdp(facts),
+    )

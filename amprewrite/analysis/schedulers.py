@@ -1,0 +1,51 @@
+"""LR scheduler steps that follow an optimizer step in the same iteration.
+
+When the scaler skips an optimizer step (inf/NaN gradients), such a scheduler must not run
+ahead of the optimizer (and must not warn "lr_scheduler.step() before optimizer.step()",
+pytorch issue 55585), so the rewrite guards it with the scaler's skipped-step flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amprewrite.analysis.facts import CallSite, ModuleFacts
+from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.names import receiver_key
+from amprewrite.analysis.statements import is_step_call
+from amprewrite.analysis.training_step import same_iteration
+
+
+@dataclass(frozen=True)
+class GuardedScheduler:
+    site: CallSite  # `scheduler.step()`, alone on its line
+    after: CallSite  # the optimizer step it follows (where `scaler.update()` goes)
+
+
+def schedulers_after_steps(
+    facts: ModuleFacts, kinds: KindTable, updates_after: list[CallSite]
+) -> list[GuardedScheduler]:
+    guarded = []
+    for site in facts.calls:
+        if not is_step_call(site.call) or site.call.args or not _is_scheduler(site, kinds):
+            continue
+        line = site.statement
+        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+            continue
+        preceding = [
+            step for step in updates_after
+            if facts.order[step.statement] < facts.order[line] and same_iteration(step, site, facts)
+        ]
+        if preceding:
+            guarded.append(GuardedScheduler(site, preceding[-1]))
+    return guarded
+
+
+def _is_scheduler(site: CallSite, kinds: KindTable) -> bool:
+    receiver = site.call.func.value  # type: ignore[attr-defined]
+    kind = kinds.of_expr(receiver)
+    if kind is not None:
+        return kind is Kind.SCHEDULER
+    return "sched" in (receiver_key(receiver) or "").rsplit(".", 1)[-1].lower()
