@@ -65,6 +65,9 @@ CODES: dict[str, Code] = {
     "AMP130": Code(Severity.CHANGE, "binary cross-entropy moved out of autocast",
                    "`nn.BCELoss`/`F.binary_cross_entropy` raise under CUDA autocast; they now run "
                    "after the autocast block on float32 inputs. Prefer `BCEWithLogitsLoss`."),
+    "AMP150": Code(Severity.CHANGE, "custom autograd Function decorated for autocast",
+                   "`custom_fwd`/`custom_bwd` make backward run with the forward's autocast state "
+                   "(float32 inputs where the forward needs them)."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
+from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import existing_amp
 from amprewrite.analysis.facts import ModuleFacts, collect
@@ -28,10 +29,12 @@ class ModuleAnalysis:
     schedulers: list[GuardedScheduler]
     hazards: list[Note]  # risky code reported, not changed
     sharded: bool  # FSDP: the scaler must be the sharded one
+    custom_functions: list[CustomFunction]
 
     @property
     def has_work(self) -> bool:
-        return self.training.found or bool(self.evaluation_regions.regions)
+        return (self.training.found or bool(self.evaluation_regions.regions)
+                or bool(self.custom_functions))
 
 
 def analyse(module: cst.Module) -> ModuleAnalysis:
@@ -51,4 +54,5 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         schedulers=schedulers_after_steps(facts, kinds, training.updates_after),
         hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions)],
         sharded=uses_fsdp(facts),
+        custom_functions=custom_functions(facts),
     )

@@ -1,0 +1,78 @@
+"""The two output styles: amprewrite's runtime (default) or plain `torch.amp` (`--plain`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.scaler_home import fresh_name
+from amprewrite.options import Options
+from amprewrite.rules.custom_function import Decorators
+from amprewrite.rules.imports import runtime_import, torch_name
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the rewritten module uses."""
+
+    scaler: bool
+    autocast: bool
+    custom_functions: bool
+    sharded: bool  # FSDP
+
+
+@dataclass
+class Style:
+    imports: list[str] = field(default_factory=list)  # added after the module's imports
+    definitions: list[str] = field(default_factory=list)  # module-level names, after imports
+    autocast: str = ""  # the context manager expression
+    scaler: str = ""  # the scaler constructor expression
+    decorators: Decorators | None = None
+
+
+def runtime_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
+    symbols = [name for name, used in (
+        ("GradScaler", needs.scaler), ("autocast", needs.autocast),
+        ("custom_bwd", needs.custom_functions), ("custom_fwd", needs.custom_functions),
+    ) if used]
+    import_code, local = runtime_import(facts, symbols)
+    style = Style(imports=[import_code])
+    dtype = f'dtype="{options.dtype}"' if options.dtype else ""
+    if needs.autocast:
+        style.autocast = f"{local['autocast']}({dtype})"
+    if needs.scaler:
+        arguments = ", ".join(a for a in (dtype, "sharded=True" if needs.sharded else "") if a)
+        style.scaler = f"{local['GradScaler']}({arguments})"
+    if needs.custom_functions:
+        style.decorators = Decorators(
+            forward=local["custom_fwd"],
+            forward_float32=f'{local["custom_fwd"]}(cast_inputs="float32")',
+            backward=local["custom_bwd"],
+        )
+    return style
+
+
+def plain_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
+    torch = torch_name(facts)
+    style = Style(imports=[] if torch else ["import torch"])
+    torch = torch or "torch"
+    device = fresh_name(facts, ("amp_device", "autocast_device"))
+    style.definitions.append(f'{device} = "cuda" if {torch}.cuda.is_available() else "cpu"')
+    dtype = f", dtype={torch}.{options.dtype}" if options.dtype else ""
+    style.autocast = f"{torch}.autocast({device}{dtype})"
+    scaler_class = f"{torch}.amp.GradScaler"
+    if needs.sharded:
+        style.imports.append(
+            "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler")
+        scaler_class = "ShardedGradScaler"
+    if options.dtype == "float16":
+        style.scaler = f"{scaler_class}({device})"
+    else:
+        style.scaler = f'{scaler_class}({device}, enabled={device} == "cuda")'
+    forward = f"{torch}.amp.custom_fwd(device_type={device})"
+    style.decorators = Decorators(
+        forward=forward,
+        forward_float32=f"{forward[:-1]}, cast_inputs={torch}.float32)",
+        backward=f"{torch}.amp.custom_bwd(device_type={device})",
+    )
+    return style
