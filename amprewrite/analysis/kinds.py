@@ -77,9 +77,16 @@ def _classify_qualified(name: str) -> Kind | None:
     return None
 
 
+_BUILDER_PREFIXES = ("build", "create", "get", "make", "init", "setup", "configure", "load", "new")
+
+
 def _classify_local_callable(name: str) -> Kind | None:
-    """A builder function defined or imported by the script: judge by its name."""
-    lower = name.rsplit(".", 1)[-1].lower()
+    """A class or builder (`build_optimizer`, `create_model`) the script defines or imports:
+    judge by its name. Other functions (`F.mse_loss`) compute values, not objects."""
+    last = name.rsplit(".", 1)[-1]
+    lower = last.lower()
+    if not (last[:1].isupper() or lower.startswith(_BUILDER_PREFIXES)):
+        return None
     if "sched" in lower:
         return Kind.SCHEDULER
     if "optim" in lower:

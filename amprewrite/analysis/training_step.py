@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
+from amprewrite.analysis.forward import computes
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key, walk
 from amprewrite.analysis.statements import (
@@ -303,7 +304,10 @@ def _slice_region(
         if bound_keys(statement) & needed:
             sliced.append(position)
             needed |= set(iter_keys(statement))
-    compute = [p for p in sliced if _starts_region(block.body[p], facts, kinds)]
+    # The region starts at the forward pass: the first statement that computes something, other
+    # than building a model/optimizer/criterion or calling a local helper that only loads data.
+    compute = [p for p in sliced if not _builds_objects(block.body[p], kinds)
+               and computes(block.body[p], facts, kinds)]
     if not compute:
         return None
     return Region(block, min(compute), max(sliced))
@@ -325,11 +329,9 @@ def _is_step_boundary(statement: Statement) -> bool:
     return any(is_backward_call(c) or is_step_call(c) for c in calls_in(statement))
 
 
-def _starts_region(statement: Statement, facts: ModuleFacts, kinds: KindTable) -> bool:
-    """Compute that is not setup: building a model, optimizer or criterion is not a forward."""
-    if any(kinds.of(key) is not None for key in bound_keys(statement)):
-        return False
-    return is_compute(statement, facts)
+def _builds_objects(statement: Statement, kinds: KindTable) -> bool:
+    """Setup, not a forward: the statement builds a model, optimizer, scheduler or criterion."""
+    return any(kinds.of(key) is not None for key in bound_keys(statement))
 
 
 def merge_regions(regions: list[Region], facts: ModuleFacts) -> list[Region]:
