@@ -1,0 +1,214 @@
+"""Run a training script under observation and write what it did as JSON.
+
+    python tests/_bootstrap.py OUT.json SCRIPT [ARGS...]
+
+Used by `tests/execution.py` (see `run_script` there); not a test module itself.
+
+The script runs in this process via `runpy.run_path(SCRIPT, run_name="__main__")`, as
+`python SCRIPT ARGS...` would run it (`sys.argv`, `sys.path[0]` and `__file__` are set the
+same way), after seeding and after installing these observers:
+
+* `torch.Tensor.backward` (and direct `torch.autograd.backward` calls) record the value of
+  every tensor backpropagated from, in call order. A loss that went through an *enabled*
+  `torch.amp.GradScaler.scale` is recorded unscaled (the loss before scaling), so losses
+  compare across FP32 and AMP runs whatever the scale; `backward_scaled` says which were.
+* a global module forward hook records the output dtype of every `nn.Linear` / `nn.Conv*`
+  forward, split by whether grad mode was on (training) or off (`no_grad` /
+  `inference_mode`: evaluation), with whether autocast was active.
+
+The record is written when the script finishes, also when it raises (the traceback is kept
+and the exit status is 1) or calls `sys.exit` (its status is kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import runpy
+import sys
+import threading
+import time
+import traceback
+import warnings
+
+MAX_ENTRIES = 5000  # cap on each recorded list; counters are not capped
+
+# torch without numpy warns at import; that noise is not the script's.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+
+def _new_record(script: str, args: list[str]) -> dict:
+    return {
+        "script": script,
+        "args": args,
+        "exit_code": None,
+        "error": None,  # formatted traceback when the script raised
+        "error_type": None,
+        "duration_s": None,
+        # backward()
+        "losses": [],  # float per scalar backward, in call order (unscaled)
+        "backward_dtypes": [],  # dtype of each recorded tensor, parallel to losses
+        "backward_scaled": [],  # bool per loss: came out of an enabled GradScaler.scale
+        "backward_count": 0,  # all backward calls, scalar or not
+        "nonscalar_backward_count": 0,  # backward on a non-scalar tensor (no loss recorded)
+        # Linear / Conv forwards
+        "linear_dtypes": [],  # output dtype of every forward, in order
+        "train_dtypes": [],  # ... those run with grad enabled
+        "eval_dtypes": [],  # ... those run with grad disabled (no_grad / inference_mode)
+        "forwards": [],  # [module class, dtype, grad enabled, autocast enabled]
+        "dtype_counts": {"train": {}, "eval": {}},
+        "forward_count": 0,
+        "truncated": False,  # some list hit MAX_ENTRIES
+    }
+
+
+def _append(record: dict, key: str, value) -> None:
+    lst = record[key]
+    if len(lst) < MAX_ENTRIES:
+        lst.append(value)
+    else:
+        record["truncated"] = True
+
+
+def _install_observers(record: dict) -> None:
+    import torch
+    import torch.nn as nn
+    from torch.amp import grad_scaler
+    from torch.nn.modules.conv import _ConvNd
+
+    local = threading.local()
+
+    def note_backward(tensor) -> None:
+        record["backward_count"] += 1
+        if not isinstance(tensor, torch.Tensor):
+            return
+        if tensor.numel() != 1:
+            record["nonscalar_backward_count"] += 1
+            return
+        unscaled = getattr(tensor, "_amprewrite_unscaled", None)
+        source = unscaled if isinstance(unscaled, torch.Tensor) else tensor
+        with torch.no_grad():
+            value = float(source.detach().float().reshape(()).item())
+        _append(record, "losses", value)
+        _append(record, "backward_dtypes", str(tensor.dtype))
+        _append(record, "backward_scaled", unscaled is not None)
+
+    original_tensor_backward = torch.Tensor.backward
+
+    def tensor_backward(self, *args, **kwargs):
+        note_backward(self)
+        depth = getattr(local, "depth", 0)
+        local.depth = depth + 1
+        try:
+            return original_tensor_backward(self, *args, **kwargs)
+        finally:
+            local.depth = depth
+
+    tensor_backward.__doc__ = original_tensor_backward.__doc__
+    tensor_backward.__wrapped__ = original_tensor_backward
+    torch.Tensor.backward = tensor_backward
+
+    original_autograd_backward = torch.autograd.backward
+
+    def autograd_backward(tensors, *args, **kwargs):
+        # Tensor.backward calls torch.autograd.backward; only direct calls are new.
+        if getattr(local, "depth", 0) == 0:
+            for t in [tensors] if isinstance(tensors, torch.Tensor) else list(tensors):
+                note_backward(t)
+        return original_autograd_backward(tensors, *args, **kwargs)
+
+    autograd_backward.__wrapped__ = original_autograd_backward
+    torch.autograd.backward = autograd_backward
+
+    original_scale = grad_scaler.GradScaler.scale
+
+    def scale(self, outputs):
+        result = original_scale(self, outputs)
+        if (
+            isinstance(outputs, torch.Tensor)
+            and isinstance(result, torch.Tensor)
+            and result is not outputs
+        ):
+            with contextlib.suppress(AttributeError, RuntimeError):  # exotic subclasses
+                result._amprewrite_unscaled = outputs.detach()
+        return result
+
+    scale.__wrapped__ = original_scale
+    grad_scaler.GradScaler.scale = scale
+
+    watched = (nn.Linear, _ConvNd)
+
+    def forward_hook(module, inputs, output):
+        if not isinstance(module, watched) or not isinstance(output, torch.Tensor):
+            return None
+        record["forward_count"] += 1
+        dtype = str(output.dtype)
+        grad = torch.is_grad_enabled()
+        mode = "train" if grad else "eval"
+        try:
+            amp = torch.is_autocast_enabled(output.device.type)
+        except TypeError:  # pragma: no cover - older torch
+            amp = torch.is_autocast_enabled()
+        _append(record, "linear_dtypes", dtype)
+        _append(record, f"{mode}_dtypes", dtype)
+        _append(record, "forwards", [type(module).__name__, dtype, grad, bool(amp)])
+        counts = record["dtype_counts"][mode]
+        counts[dtype] = counts.get(dtype, 0) + 1
+        return None
+
+    nn.modules.module.register_module_forward_hook(forward_hook)
+
+
+def _write(out_path: str, record: dict) -> None:
+    tmp = out_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, out_path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print("usage: python _bootstrap.py OUT.json SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    out_path, script, *args = argv
+    script = os.path.abspath(script)
+    record = _new_record(script, args)
+    started = time.perf_counter()
+    exit_code = 0
+    try:
+        import torch
+
+        torch.set_num_threads(int(os.environ.get("AMPREWRITE_TEST_THREADS", "2")))
+        random.seed(0)
+        torch.manual_seed(0)
+        _install_observers(record)
+
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            exit_code = 0
+        elif isinstance(code, int):
+            exit_code = code
+        else:  # sys.exit("message") prints the message and exits 1
+            print(code, file=sys.stderr)
+            exit_code = 1
+    except BaseException as exc:  # the script failed: keep the traceback, exit non-zero
+        record["error"] = traceback.format_exc()
+        record["error_type"] = type(exc).__name__
+        traceback.print_exc()
+        exit_code = 1
+    finally:
+        record["duration_s"] = round(time.perf_counter() - started, 4)
+        record["exit_code"] = exit_code
+        sys.stdout.flush()
+        _write(out_path, record)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,164 @@
+"""Run a (possibly rewritten) training script in a CPU subprocess and observe it.
+
+    from tests.execution import run_script
+    run = run_script(FIXTURES / "toplevel_loop" / "input.py")
+    assert run.ok, run.explain()
+    assert run.losses and set(run.train_dtypes) == {"torch.float32"}
+
+The subprocess is `python tests/_bootstrap.py OUT.json SCRIPT ARGS...` (see that module for
+what is observed and how). It runs on the CPU only (`CUDA_VISIBLE_DEVICES` is emptied), with
+`<repo>/runtime` (so `amprewrite_runtime`) and `<repo>` on `PYTHONPATH`, from the script's
+directory as working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+RUNTIME_DIR = REPO_ROOT / "runtime"
+FIXTURES_DIR = REPO_ROOT / "fixtures"
+BOOTSTRAP = TESTS_DIR / "_bootstrap.py"
+
+FLOAT32 = "torch.float32"
+BFLOAT16 = "torch.bfloat16"
+FLOAT16 = "torch.float16"
+
+
+@dataclass
+class ScriptRun:
+    """What one run of a script did. Dtypes are strings such as "torch.bfloat16"."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    # Value of every scalar tensor `.backward()` was called on, in call order, as float;
+    # a loss scaled by an enabled torch GradScaler is recorded unscaled.
+    losses: list[float] = field(default_factory=list)
+    backward_dtypes: list[str] = field(default_factory=list)  # parallel to `losses`
+    backward_scaled: list[bool] = field(default_factory=list)  # parallel to `losses`
+    backward_count: int = 0  # every backward call, scalar or not
+    # Output dtype of every nn.Linear / nn.Conv* forward (capped at 5000 entries each) ...
+    linear_dtypes: list[str] = field(default_factory=list)
+    train_dtypes: list[str] = field(default_factory=list)  # ... run with grad enabled
+    eval_dtypes: list[str] = field(default_factory=list)  # ... under no_grad/inference_mode
+    # [module class name, output dtype, grad enabled, autocast enabled] per forward (capped)
+    forwards: list[list] = field(default_factory=list)
+    # {"train": {dtype: count}, "eval": {dtype: count}}, not capped
+    dtype_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    error: str | None = None  # the script's traceback when it raised
+    error_type: str | None = None
+    timed_out: bool = False
+    duration_s: float | None = None  # time spent in the script itself (after torch import)
+    record: dict = field(default_factory=dict, repr=False)  # the raw JSON record
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and self.error is None
+
+    @property
+    def grad_mode_dtypes(self) -> dict[str, list[str]]:
+        """Forward output dtypes split by grad mode: {"train": [...], "eval": [...]}."""
+        return {"train": self.train_dtypes, "eval": self.eval_dtypes}
+
+    @property
+    def autocast_forwards(self) -> int:
+        """How many Linear/Conv forwards ran with autocast enabled (of those recorded)."""
+        return sum(1 for f in self.forwards if f[3])
+
+    def explain(self) -> str:
+        """A failure message for asserts: status, traceback and the output tails."""
+        parts = [f"returncode={self.returncode} timed_out={self.timed_out}"]
+        if self.error:
+            parts.append(self.error)
+        parts.append("--- stdout (tail) ---\n" + self.stdout[-3000:])
+        parts.append("--- stderr (tail) ---\n" + self.stderr[-3000:])
+        return "\n".join(parts)
+
+
+def subprocess_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a script runs with: CPU only, runtime importable, `env` on top."""
+    out = dict(os.environ)
+    out["CUDA_VISIBLE_DEVICES"] = ""
+    out["PYTHONHASHSEED"] = "0"
+    out["PYTHONUNBUFFERED"] = "1"
+    out.setdefault("OMP_NUM_THREADS", "2")
+    if env:
+        out.update(env)
+    extra = [str(RUNTIME_DIR), str(REPO_ROOT)]
+    if out.get("PYTHONPATH"):
+        extra.append(out["PYTHONPATH"])
+    out["PYTHONPATH"] = os.pathsep.join(extra)
+    return out
+
+
+def run_script(
+    path: Path | str,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
+    cwd: Path | str | None = None,
+) -> ScriptRun:
+    """Run `path` with `args` under the bootstrap on the CPU and return what it did.
+
+    Never raises for a failing script: check `run.ok` / `run.returncode` (`run.explain()`
+    makes a good assert message). A run past `timeout` seconds is killed and comes back with
+    `timed_out=True` and returncode -9.
+    """
+    script = Path(path).resolve()
+    workdir = Path(cwd) if cwd is not None else script.parent
+    with tempfile.TemporaryDirectory(prefix="amprewrite-run-") as tmp:
+        out_json = Path(tmp) / "record.json"
+        cmd = [sys.executable, str(BOOTSTRAP), str(out_json), str(script), *map(str, args)]
+        try:
+            proc = subprocess.run(
+                cmd,
+                cwd=workdir,
+                env=subprocess_env(env),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            return ScriptRun(
+                returncode=-9,
+                stdout=_text(exc.stdout),
+                stderr=_text(exc.stderr) + f"\n[execution] timed out after {timeout}s",
+                timed_out=True,
+            )
+        record: dict = {}
+        if out_json.exists():
+            record = json.loads(out_json.read_text(encoding="utf-8"))
+    run = ScriptRun(returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr)
+    if not record:
+        run.error = run.error or "[execution] no record written (bootstrap died early)"
+        return run
+    run.record = record
+    run.losses = list(record.get("losses", []))
+    run.backward_dtypes = list(record.get("backward_dtypes", []))
+    run.backward_scaled = list(record.get("backward_scaled", []))
+    run.backward_count = int(record.get("backward_count", 0))
+    run.linear_dtypes = list(record.get("linear_dtypes", []))
+    run.train_dtypes = list(record.get("train_dtypes", []))
+    run.eval_dtypes = list(record.get("eval_dtypes", []))
+    run.forwards = list(record.get("forwards", []))
+    run.dtype_counts = dict(record.get("dtype_counts", {}))
+    run.error = record.get("error")
+    run.error_type = record.get("error_type")
+    run.duration_s = record.get("duration_s")
+    return run
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")

@@ -1,0 +1,89 @@
+"""Rewritten fixtures run on the CPU, autocast really runs in bfloat16, and they train like FP32.
+
+Each case runs the FP32 input and its expected rewrite in a subprocess (see
+`tests/execution.py`) and compares: the rewrite's Linear/Conv layers must have produced
+bfloat16 outputs (so a rewrite that does nothing fails), the input's must not, both must
+backpropagate the same number of losses, and the final losses must agree within the
+bfloat16 tolerance stated per case.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from tests.execution import BFLOAT16, FIXTURES_DIR, FLOAT32, ScriptRun, run_script
+
+
+@dataclass(frozen=True)
+class Runnable:
+    name: str
+    style: str = "O1"
+    args: tuple[str, ...] = ()
+    rtol: float = 0.05  # bfloat16 keeps ~3 significant digits; a few steps drift a little
+    eval_autocast: bool = False  # the script also evaluates under no_grad: check it too
+
+    def __str__(self) -> str:
+        return f"{self.name}-{self.style}"
+
+
+RUNNABLE = [
+    Runnable("toplevel_loop"),
+    Runnable("toplevel_loop", style="O1_plain"),
+    Runnable("mnist_functions", eval_autocast=True),
+    Runnable("trainer_class", eval_autocast=True),
+    Runnable("trainer_class", style="O1_plain", eval_autocast=True),
+    Runnable("main_loop"),
+    Runnable("transformer_lm", eval_autocast=True),
+    Runnable("gan_dcgan", rtol=0.15),
+    Runnable("scaler_name_taken"),
+    Runnable("method_step_helper"),
+    Runnable("saliency_and_train"),
+]
+
+
+def _runs(case: Runnable) -> tuple[ScriptRun, ScriptRun]:
+    directory = FIXTURES_DIR / case.name
+    fp32 = run_script(directory / "input.py", case.args)
+    amp = run_script(directory / f"expected_{case.style}.py", case.args)
+    assert fp32.ok, fp32.explain()
+    assert amp.ok, amp.explain()
+    return fp32, amp
+
+
+@pytest.mark.parametrize("case", RUNNABLE, ids=str)
+def test_rewrite_trains_in_bfloat16_like_fp32(case: Runnable) -> None:
+    fp32, amp = _runs(case)
+    assert set(fp32.train_dtypes) == {FLOAT32}
+    assert BFLOAT16 in amp.train_dtypes, "the training forward did not run under autocast"
+    assert len(amp.losses) == len(fp32.losses) > 0
+    assert all(math.isfinite(loss) for loss in amp.losses)
+    final_fp32, final_amp = fp32.losses[-1], amp.losses[-1]
+    assert final_amp == pytest.approx(final_fp32, rel=case.rtol, abs=1e-3), (
+        f"final loss {final_amp} vs FP32 {final_fp32}"
+    )
+    if case.eval_autocast:
+        assert BFLOAT16 in amp.eval_dtypes, "the evaluation forward did not run under autocast"
+        assert BFLOAT16 not in fp32.eval_dtypes
+
+
+def test_inference_only_script_autocasts_without_a_scaler() -> None:
+    directory = FIXTURES_DIR / "inference_only"
+    fp32 = run_script(directory / "input.py")
+    amp = run_script(directory / "expected_O1.py")
+    assert fp32.ok and amp.ok, amp.explain()
+    assert set(fp32.eval_dtypes) == {FLOAT32}
+    assert BFLOAT16 in amp.eval_dtypes
+    assert "GradScaler" not in (directory / "expected_O1.py").read_text()
+
+
+def test_opt_level_override_runs_the_rewrite_in_fp32() -> None:
+    """AMPREWRITE_OPT_LEVEL=O0 turns a rewritten script back into plain FP32 at run time."""
+    directory = FIXTURES_DIR / "toplevel_loop"
+    fp32 = run_script(directory / "input.py")
+    o0 = run_script(directory / "expected_O1.py", env={"AMPREWRITE_OPT_LEVEL": "O0"})
+    assert o0.ok, o0.explain()
+    assert set(o0.train_dtypes) == {FLOAT32}
+    assert o0.losses == pytest.approx(fp32.losses, rel=1e-6)
