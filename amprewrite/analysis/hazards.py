@@ -26,8 +26,9 @@ def manual_casts(facts: ModuleFacts) -> list[Note]:
                         or arg.keyword.value == "dtype")
         if casts:
             text = " ".join(facts.module.code_for_node(site.call).split())
-            notes.append(Note("AMP140", site.call, f"`{text}` casts by hand; under autocast, "
-                              "keep the model and inputs in float32 and let autocast choose"))
+            notes.append(Note("AMP140", site.call, f"`{text}` casts by hand; under autocast, keep "
+                              "the model and inputs in float32 (GradScaler cannot unscale "
+                              "float16 gradients)"))
     return notes
 
 

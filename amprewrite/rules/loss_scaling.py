@@ -16,7 +16,8 @@ def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
     for site in backwards:
         func = site.call.func
         assert isinstance(func, cst.Attribute)
-        loss_text = ctx.hoisted.get(id(site.call)) or _code(ctx, func.value)
+        loss_text = ctx.hoisted.get(id(site.call)) or _code(
+            ctx, func.value.with_changes(lpar=[], rpar=[]))
 
         def build(node: cst.CSTNode, scale: cst.BaseExpression = scale) -> cst.CSTNode:
             assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
@@ -28,7 +29,8 @@ def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
 
         ctx.plan.replaces.append(Replace(site.call, build))
         scaled = f"{ctx.scaler_expr}.scale({loss_text})"
-        ctx.notes.append(Note("AMP102", site.call, f"`{loss_text}.backward()` scaled: `{scaled}`"))
+        ctx.notes.append(Note("AMP102", site.call, f"`.backward()` of `{loss_text}` scaled: "
+                              f"`{scaled}`"))
 
 
 def route_steps(ctx: RuleContext, steps: list[CallSite]) -> None:
