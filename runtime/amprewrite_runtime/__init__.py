@@ -1,0 +1,23 @@
+"""amprewrite's runtime: what scripts rewritten by amprewrite call.
+
+    from amprewrite_runtime import GradScaler, autocast
+
+One precision policy drives both: the opt level (`AMPREWRITE_OPT_LEVEL` overrides the
+script's, so `AMPREWRITE_OPT_LEVEL=O0` runs a rewritten script in plain FP32), the device (where
+the loss lives, else CUDA when available, else the CPU) and the dtype (float16 on CUDA,
+bfloat16 on the CPU; `AMPREWRITE_DTYPE` overrides). Depends on torch only.
+"""
+
+from amprewrite_runtime.autocast import autocast, custom_bwd, custom_fwd
+from amprewrite_runtime.policy import resolve_device, resolve_dtype, resolve_opt_level
+from amprewrite_runtime.scaler import GradScaler
+
+__all__ = [
+    "GradScaler",
+    "autocast",
+    "custom_bwd",
+    "custom_fwd",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_opt_level",
+]

@@ -1,0 +1,102 @@
+"""One place decides the precision policy: opt level, device type and dtype.
+
+Resolution order, for each setting:
+- opt level: `AMPREWRITE_OPT_LEVEL` > the script's argument > "O1";
+- dtype: `AMPREWRITE_DTYPE` > the script's argument > float16 on CUDA, bfloat16 elsewhere;
+- device type: `AMPREWRITE_DEVICE` > the script's argument > where the last scaled loss lived
+  > "cuda" when CUDA is available, else "cpu".
+
+Environment variables are read once, at first use; tests call `_reset()` after changing them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+ENV_OPT_LEVEL = "AMPREWRITE_OPT_LEVEL"
+ENV_DTYPE = "AMPREWRITE_DTYPE"
+ENV_DEVICE = "AMPREWRITE_DEVICE"
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Settings from the environment, which win over the script's own arguments."""
+
+    opt_level: str | None
+    dtype: torch.dtype | None
+    device_type: str | None
+
+
+class _State:
+    overrides: Overrides | None = None
+    last_device: str | None = None  # device type of the last loss a scaler scaled
+    default_device: str | None = None
+
+
+def overrides() -> Overrides:
+    if _State.overrides is None:
+        dtype = _env_choice(ENV_DTYPE, ("float16", "bfloat16"))
+        _State.overrides = Overrides(
+            opt_level=_env_choice(ENV_OPT_LEVEL, OPT_LEVELS),
+            dtype=DTYPES[dtype] if dtype else None,
+            device_type=os.environ.get(ENV_DEVICE) or None,
+        )
+    return _State.overrides
+
+
+def _env_choice(variable: str, choices: tuple[str, ...]) -> str | None:
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    if value not in choices:
+        raise ValueError(f"{variable}={value!r} is not valid; use one of {', '.join(choices)}")
+    return value
+
+
+def _reset() -> None:
+    """Forget cached environment settings and the observed device (for tests)."""
+    _State.overrides = None
+    _State.last_device = None
+    _State.default_device = None
+
+
+def resolve_opt_level(requested: str | None = None) -> str:
+    level = overrides().opt_level or requested or "O1"
+    if level not in OPT_LEVELS:
+        raise ValueError(f"opt level {level!r} is not valid; use one of {', '.join(OPT_LEVELS)}")
+    return level
+
+
+def resolve_device(requested: str | None = None) -> str:
+    device = overrides().device_type or requested or _State.last_device
+    if device is not None:
+        return device
+    if _State.default_device is None:
+        _State.default_device = "cuda" if torch.cuda.is_available() else "cpu"
+    return _State.default_device
+
+
+def resolve_dtype(device_type: str, requested: str | torch.dtype | None = None) -> torch.dtype:
+    dtype = overrides().dtype or as_dtype(requested)
+    if dtype is not None:
+        return dtype
+    return torch.float16 if device_type == "cuda" else torch.bfloat16
+
+
+def as_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    try:
+        return DTYPES[value]
+    except KeyError:
+        raise ValueError(f"dtype {value!r} is not valid; use one of {', '.join(DTYPES)}") from None
+
+
+def note_device(device_type: str) -> None:
+    """Record where training runs (the device of a scaled loss) for later autocast regions."""
+    _State.last_device = device_type

@@ -1,0 +1,62 @@
+"""The precision policy: defaults, environment overrides, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from amprewrite_runtime import autocast, policy
+
+
+def test_cpu_defaults_to_bfloat16_autocast() -> None:
+    layer = torch.nn.Linear(4, 4)
+    with autocast():
+        out = layer(torch.randn(2, 4))
+    assert out.dtype == torch.bfloat16
+
+
+def test_o0_from_the_environment_disables_autocast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
+    policy._reset()
+    with autocast():
+        out = torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    assert out.dtype == torch.float32
+
+
+def test_dtype_from_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(policy.ENV_DTYPE, "float16")
+    policy._reset()
+    with autocast(dtype="bfloat16"):
+        out = torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    assert out.dtype == torch.float16
+
+
+def test_explicit_dtype_beats_the_default() -> None:
+    with autocast(dtype="float16"):
+        out = torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    assert out.dtype == torch.float16
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [(policy.ENV_OPT_LEVEL, "O4"), (policy.ENV_DTYPE, "int8")],
+)
+def test_invalid_environment_values_are_refused(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    policy._reset()
+    with pytest.raises(ValueError, match=variable):
+        policy.overrides()
+
+
+def test_device_follows_the_last_scaled_loss() -> None:
+    assert policy.resolve_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+    policy.note_device("meta")
+    assert policy.resolve_device() == "meta"
+
+
+def test_default_dtype_per_device() -> None:
+    assert policy.resolve_dtype("cuda") == torch.float16
+    assert policy.resolve_dtype("cpu") == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype"):
+        policy.resolve_dtype("cpu", "float8")

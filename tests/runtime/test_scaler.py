@@ -1,0 +1,135 @@
+"""The runtime GradScaler: pass-through where scaling does not help, real scaling in float16,
+skipped steps, and checkpoints that round-trip exactly."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import pytest
+import torch
+from amprewrite_runtime import GradScaler, autocast, policy
+
+
+def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    return model, torch.optim.SGD(model.parameters(), lr=0.05)
+
+
+def _train(scaler: GradScaler, steps: int = 30) -> list[float]:
+    model, optimizer = _model_and_optimizer()
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        with autocast():
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    return losses
+
+
+def test_bfloat16_on_the_cpu_needs_no_scaling() -> None:
+    scaler = GradScaler()
+    loss = torch.tensor(2.0)
+    assert scaler.scale(loss) is loss
+    assert not scaler.is_enabled()
+    losses = _train(scaler)
+    assert losses[-1] < losses[0] * 0.8
+
+
+def test_float16_scales_and_trains() -> None:
+    scaler = GradScaler(dtype="float16")
+    assert scaler.scale(torch.tensor(2.0)).item() == 2.0 * 2**16
+    assert scaler.is_enabled()
+    losses = _train(GradScaler(dtype="float16"))
+    assert losses[-1] < losses[0] * 0.8
+
+
+def test_o0_steps_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
+    policy._reset()
+    scaler = GradScaler(dtype="float16")
+    loss = torch.tensor(3.0)
+    assert scaler.scale(loss) is loss and not scaler.is_enabled()
+
+
+def test_o2_needs_a_matching_rewrite() -> None:
+    with pytest.raises(ValueError, match="--opt-level O2"):
+        GradScaler("O2")
+
+
+def test_an_overflow_skips_the_step_and_halves_the_scale() -> None:
+    model, optimizer = _model_and_optimizer()
+    scaler = GradScaler(dtype="float16")
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = model(torch.randn(4, 8)).sum()
+    scaler.scale(loss).backward()
+    next(model.parameters()).grad[0, 0] = float("inf")
+    scaler.step(optimizer)
+    scaler.update()
+    assert scaler.last_step_skipped and scaler.skipped_steps == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert scaler.get_scale() == 2.0**15
+    optimizer.zero_grad()
+    scaler.scale(model(torch.randn(4, 8)).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert not scaler.last_step_skipped and scaler.skipped_steps == 1
+
+
+def test_state_round_trips_before_first_use() -> None:
+    scaler = GradScaler(init_scale=1024.0)
+    state = scaler.state_dict()
+    fresh = GradScaler()
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == state
+
+
+def test_state_round_trips_after_training_through_torch_save() -> None:
+    scaler = GradScaler(dtype="float16", growth_interval=3)
+    _train(scaler, steps=7)
+    state = scaler.state_dict()
+    buffer = io.BytesIO()
+    torch.save({"scaler": state}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)["scaler"]
+    resumed = GradScaler(dtype="float16", growth_interval=3)
+    resumed.load_state_dict(loaded)
+    assert resumed.state_dict() == state
+    resumed.scale(torch.tensor(1.0))  # the torch scaler is created with the loaded state
+    assert resumed.get_scale() == state["scale"]
+    assert resumed.state_dict() == state
+
+
+@pytest.mark.parametrize("empty", [None, {}])
+def test_loading_nothing_keeps_the_state(empty: dict | None) -> None:
+    scaler = GradScaler()
+    state = scaler.state_dict()
+    scaler.load_state_dict(empty)
+    assert scaler.state_dict() == state
+
+
+def test_loads_a_native_torch_scaler_state() -> None:
+    native = torch.amp.GradScaler("cpu", init_scale=512.0)
+    native.scale(torch.tensor(1.0))
+    scaler = GradScaler(dtype="float16")
+    scaler.load_state_dict(native.state_dict())
+    assert scaler.state_dict()["scale"] == 512.0
+    scaler.scale(torch.tensor(1.0))
+    assert scaler.get_scale() == 512.0
+
+
+def test_loading_another_opt_level_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = GradScaler().state_dict()
+    monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
+    policy._reset()
+    scaler = GradScaler()
+    with pytest.warns(UserWarning, match="O1 into one running at O0"):
+        scaler.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaler.load_state_dict(scaler.state_dict())
