@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -57,13 +58,19 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
 
 
 def _parse(source: bytes) -> cst.Module:
+    if b"\x00" in source:
+        raise RewriteError(Finding("AMP004", 1, 1, "binary file (contains NUL bytes); skipped"))
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        message = f"cannot parse: {exc.message}"
-        raise RewriteError(Finding("AMP003", exc.raw_line, exc.raw_column + 1, message)) from exc
+        where = re.search(r"error at (\d+):(\d+)", exc.message)
+        line, col = (int(where[1]), int(where[2]) + 1) if where else (exc.editor_line, 1)
+        message = "syntax error; amprewrite reads Python 3 source, file left unchanged"
+        raise RewriteError(Finding("AMP003", line, col, message)) from exc
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
-        raise RewriteError(Finding("AMP004", 1, 1, f"cannot decode source: {exc}")) from exc
+        message = ("cannot decode: not UTF-8 and no valid `# -*- coding: ... -*-` declaration; "
+                   "file left unchanged")
+        raise RewriteError(Finding("AMP004", 1, 1, message)) from exc
 
 
 def _check_parses(source: bytes) -> None:

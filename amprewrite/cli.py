@@ -1,0 +1,92 @@
+"""`amprewrite PATH... [--opt-level O1] [--diff] [--check] [--plain]`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from amprewrite import __version__
+from amprewrite.discovery import discover
+from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
+from amprewrite.report import (
+    EXIT_USAGE,
+    exit_code,
+    print_diff,
+    report_findings,
+    summary,
+)
+from amprewrite.runner import FileOutcome, Status, process_file, process_source
+
+STDIN = "-"
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--opt-level", type=click.Choice(OPT_LEVELS), default="O1", show_default=True,
+              help="apex.amp opt level: O0 FP32, O1 autocast + loss scaling.")
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="Low-precision dtype (default: float16 on CUDA, bfloat16 on the CPU).")
+@click.option("--plain", is_flag=True, help="Emit torch.amp only: no runtime import.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when files were rewritten.")
+@click.option("--stdin-filename", default=STDIN, help="Name shown for `-` in findings.")
+@click.option("-q", "--quiet", is_flag=True, help="Report errors only.")
+@click.option("-v", "--verbose", is_flag=True, help="Report every finding and file.")
+@click.version_option(__version__, "--version", prog_name="amprewrite",
+                      message="%(prog)s %(version)s")
+def main(
+    paths: tuple[str, ...],
+    opt_level: str,
+    dtype: str | None,
+    plain: bool,
+    show_diff: bool,
+    check: bool,
+    exit_zero: bool,
+    stdin_filename: str,
+    quiet: bool,
+    verbose: bool,
+) -> None:
+    """Rewrite FP32 PyTorch training scripts into mixed-precision ones, in place.
+
+    Directories are walked for *.py files; `-` reads standard input and writes the result to
+    standard output. Findings go to standard error as `path:line:col: AMPnnn message`.
+    """
+    options = Options(opt_level=opt_level, dtype=dtype, plain=plain)
+    problem = validate(options)
+    if problem is None and plain and opt_level in ("O2", "O3"):
+        problem = ("--plain emits torch.amp only, which has no O2/O3 "
+                   "(model casting and master weights need the runtime)")
+    missing = [p for p in paths if p != STDIN and not Path(p).exists()]
+    if problem is None and missing:
+        problem = f"no such file or directory: {', '.join(missing)}"
+    if problem is not None:
+        click.echo(f"Error: {problem}", err=True)
+        sys.exit(EXIT_USAGE)
+    verbosity = -1 if quiet else (1 if verbose else 0)
+    write = not (check or show_diff)
+    outcomes: list[FileOutcome] = []
+    for path in paths:
+        if path == STDIN:
+            outcomes.append(_stdin(stdin_filename, options, write))
+        else:
+            for file, explicit in discover([Path(path)]):
+                outcomes.append(process_file(file, options, write, explicit))
+    for outcome in outcomes:
+        report_findings(outcome, verbosity)
+        if show_diff and outcome.status is Status.CHANGED:
+            print_diff(outcome)
+    if verbosity >= 0:
+        click.echo(summary(outcomes, would=not write), err=True)
+    sys.exit(exit_code(outcomes, exit_zero))
+
+
+def _stdin(name: str, options: Options, write: bool) -> FileOutcome:
+    source = sys.stdin.buffer.read()
+    outcome = process_source(name, source, options, explicit=True)
+    if write:
+        sys.stdout.buffer.write(outcome.after if outcome.after else source)
+        sys.stdout.buffer.flush()
+    return outcome
