@@ -26,9 +26,9 @@ def write_atomically(path: Path, data: bytes) -> None:
     except cst.ParserSyntaxError as exc:
         raise WriteRefused(f"the rewritten source does not parse: {exc.message}") from exc
     target = path.resolve()
-    if not os.access(target, os.W_OK):
-        raise PermissionError(f"permission denied: {path}")
     mode = stat.S_IMODE(target.stat().st_mode)
+    if not mode & 0o222 or not os.access(target, os.W_OK):  # read-only even for root
+        raise PermissionError(f"permission denied (read-only file): {path}")
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
                                          suffix=".amprewrite")
     try:
