@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from amprewrite_runtime.policy import as_dtype, resolve_device, resolve_dtype, resolve_opt_level
+from amprewrite_runtime.properties import LEVELS
 
 
 def autocast(dtype: str | torch.dtype | None = None, *, enabled: bool = True) -> torch.autocast:
@@ -21,7 +22,7 @@ def autocast(dtype: str | torch.dtype | None = None, *, enabled: bool = True) ->
     return torch.autocast(
         device,
         dtype=resolve_dtype(device, dtype),
-        enabled=enabled and resolve_opt_level() == "O1",
+        enabled=enabled and LEVELS[resolve_opt_level()].patch_functions,
     )
 
 

@@ -3,25 +3,37 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+from torch import nn
 
 from amprewrite_runtime.policy import note_device, resolve_dtype, resolve_opt_level
+from amprewrite_runtime.precision import MasterWeights, cast_inputs_at_forward, cast_model
+from amprewrite_runtime.properties import Properties, properties_for
 
 _TORCH_KEYS = {"scale": "scale", "growth_factor": "growth_factor",
                "backoff_factor": "backoff_factor", "growth_interval": "growth_interval",
                "growth_tracker": "_growth_tracker"}
 
 
+class _AnyPrecisionGradScaler(torch.amp.GradScaler):
+    """Unscales float16 gradients too (O3 steps low-precision weights without masters)."""
+
+    def _unscale_grads_(self, optimizer, inv_scale, found_inf, allow_fp16):  # type: ignore[no-untyped-def]
+        return super()._unscale_grads_(optimizer, inv_scale, found_inf, True)
+
+
 class GradScaler:
     """A drop-in for `torch.amp.GradScaler` that follows amprewrite's precision policy.
 
-    The torch scaler is created at the first `scale()`, on the device of the loss, and only
-    scales where that helps (opt level O1 with float16); elsewhere every method is a cheap
-    pass-through. `last_step_skipped` tells whether the last `step()` was skipped because of
-    inf/NaN gradients, so that a scheduler can skip with it.
+    The opt level sets apex's properties (override them with `keep_batchnorm_fp32`,
+    `master_weights`, `loss_scale`). The torch scaler is created at the first `scale()`, on
+    the device of the loss, and scales only where that helps: dynamic scaling for float16,
+    or a static `loss_scale`. Elsewhere every method is a cheap pass-through.
+    `last_step_skipped` tells whether the last `step()` was skipped for inf/NaN gradients.
+    At O2/O3, `initialize(model, optimizer)` casts the model (and keeps master weights).
     """
 
     def __init__(
@@ -31,26 +43,60 @@ class GradScaler:
         dtype: str | torch.dtype | None = None,
         device_type: str | None = None,
         sharded: bool = False,
+        keep_batchnorm_fp32: bool | None = None,
+        master_weights: bool | None = None,
+        loss_scale: str | float | None = None,
         init_scale: float = 2.0**16,
         growth_factor: float = 2.0,
         backoff_factor: float = 0.5,
         growth_interval: int = 2000,
     ) -> None:
         self.opt_level = resolve_opt_level(opt_level)
-        if self.opt_level in ("O2", "O3"):
-            raise ValueError(f"opt level {self.opt_level} needs a script rewritten with "
-                             f"`amprewrite --opt-level {self.opt_level}`")
+        if opt_level is not None and self.opt_level != opt_level:
+            keep_batchnorm_fp32 = master_weights = loss_scale = None  # the script's overrides
+        self.properties: Properties = properties_for(
+            self.opt_level, keep_batchnorm_fp32, master_weights, loss_scale)
+        static = self.properties.loss_scale != "dynamic"
         self._dtype = dtype
         self._device_type = device_type
         self._sharded = sharded
         self._state: dict[str, Any] = {
-            "scale": float(init_scale), "growth_factor": float(growth_factor),
-            "backoff_factor": float(backoff_factor), "growth_interval": int(growth_interval),
-            "growth_tracker": 0,
+            "scale": float(self.properties.loss_scale) if static else float(init_scale),
+            "growth_factor": float(growth_factor), "backoff_factor": float(backoff_factor),
+            "growth_interval": int(growth_interval), "growth_tracker": 0,
         }
         self._scaler: torch.amp.GradScaler | None = None
+        self._masters: dict[int, MasterWeights] = {}
+        self._initialized = False
+        self._unscaled: set[int] = set()
         self.skipped_steps = 0
         self.last_step_skipped = False
+
+    # Setup (O2/O3) -----------------------------------------------------------------------
+    def initialize(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """Cast `model` for O2/O3 and give `optimizer` float32 master weights (O2).
+
+        A no-op at O0/O1, so a script rewritten at O2 also runs at O0/O1 through
+        `AMPREWRITE_OPT_LEVEL`. Returns the same objects, changed in place.
+        """
+        self._initialized = True
+        if not self.properties.cast_model:
+            return model, optimizer
+        device = self._device_type or next(model.parameters()).device.type
+        note_device(device)
+        dtype = resolve_dtype(device, self._dtype)
+        cast_model(model, dtype, self.properties.keep_batchnorm_fp32)
+        cast_inputs_at_forward(model, dtype)
+        if self.properties.master_weights:
+            self._masters[id(optimizer)] = MasterWeights(model, optimizer)
+        return model, optimizer
+
+    def master_params(self, optimizer: torch.optim.Optimizer) -> Iterator[nn.Parameter]:
+        """The parameters the optimizer steps (float32 masters at O2): clip these."""
+        for group in optimizer.param_groups:
+            yield from group["params"]
 
     # The training step ------------------------------------------------------------------
     def scale(self, outputs: Any) -> Any:
@@ -60,23 +106,41 @@ class GradScaler:
         return self._torch_scaler(device or "cpu").scale(outputs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        masters = self._masters.get(id(optimizer))
+        if masters is not None and id(optimizer) not in self._unscaled:
+            masters.grads_to_masters()
+        self._unscaled.add(id(optimizer))
         if self._scaler is not None and self._scaler.is_enabled():
             self._scaler.unscale_(optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        if self.properties.cast_model and not self._initialized:
+            raise RuntimeError(f"opt level {self.opt_level} casts the model: the script must "
+                               "call `scaler.initialize(model, optimizer)` (rewrite it with "
+                               f"`amprewrite --opt-level {self.opt_level}`)")
+        masters = self._masters.get(id(optimizer))
+        if masters is not None and id(optimizer) not in self._unscaled:
+            masters.grads_to_masters()
+        self._unscaled.discard(id(optimizer))
         scaler = self._scaler
         if scaler is None or not scaler.is_enabled():
             self.last_step_skipped = False
-            return optimizer.step(*args, **kwargs)
-        result = scaler.step(optimizer, *args, **kwargs)
-        found_inf = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
-        self.last_step_skipped = bool(sum(float(v.item()) for v in found_inf.values()))
-        self.skipped_steps += self.last_step_skipped
+            result = optimizer.step(*args, **kwargs)
+        else:
+            result = scaler.step(optimizer, *args, **kwargs)
+            found_inf = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+            self.last_step_skipped = bool(sum(float(v.item()) for v in found_inf.values()))
+            self.skipped_steps += self.last_step_skipped
+        if masters is not None and not self.last_step_skipped:
+            masters.masters_to_model()
         return result
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
-        if self._scaler is not None:
-            self._scaler.update(new_scale)
+        if self._scaler is None:
+            return
+        if new_scale is None and self.properties.loss_scale != "dynamic":
+            new_scale = float(self.properties.loss_scale)  # a static scale never changes
+        self._scaler.update(new_scale)
 
     def get_scale(self) -> float:
         return self._scaler.get_scale() if self._scaler is not None else self._state["scale"]
@@ -115,17 +179,25 @@ class GradScaler:
     # Internals ----------------------------------------------------------------------------
     def _torch_scaler(self, device: str) -> torch.amp.GradScaler:
         if self._scaler is None:
-            dtype = resolve_dtype(device, self._dtype)
-            enabled = self.opt_level == "O1" and dtype == torch.float16
-            cls: type[torch.amp.GradScaler] = torch.amp.GradScaler
-            if self._sharded:
-                from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-                cls = ShardedGradScaler
-            self._scaler = cls(device, enabled=enabled)
-            if enabled:
+            self._scaler = self._new_torch_scaler(device)
+            if self._scaler.is_enabled():
                 self._scaler.load_state_dict(self._native_state())
         return self._scaler
+
+    def _new_torch_scaler(self, device: str) -> torch.amp.GradScaler:
+        level, properties = self.opt_level, self.properties
+        if properties.loss_scale == "dynamic":
+            dtype = resolve_dtype(device, self._dtype)
+            enabled = level != "O0" and dtype == torch.float16
+        else:
+            enabled = level != "O0"  # a static scale: skips inf/NaN steps, never grows
+        if self._sharded:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            return ShardedGradScaler(device, enabled=enabled)
+        if properties.cast_model and not properties.master_weights:
+            return _AnyPrecisionGradScaler(device, enabled=enabled)
+        return torch.amp.GradScaler(device, enabled=enabled)
 
     def _native_state(self) -> dict[str, Any]:
         return {theirs: self._state[ours] for ours, theirs in _TORCH_KEYS.items()}

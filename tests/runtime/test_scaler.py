@@ -57,9 +57,11 @@ def test_o0_steps_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
     assert scaler.scale(loss) is loss and not scaler.is_enabled()
 
 
-def test_o2_needs_a_matching_rewrite() -> None:
-    with pytest.raises(ValueError, match="--opt-level O2"):
-        GradScaler("O2")
+def test_o2_without_initialize_says_what_to_do() -> None:
+    model, optimizer = _model_and_optimizer()
+    scaler = GradScaler("O2")
+    with pytest.raises(RuntimeError, match="--opt-level O2"):
+        scaler.step(optimizer)
 
 
 def test_an_overflow_skips_the_step_and_halves_the_scale() -> None:

@@ -1,0 +1,137 @@
+"""Opt levels O0-O3 in the runtime: apex's properties on native torch."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from amprewrite_runtime import GradScaler, autocast
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def _train(level: str, steps: int = 25, **overrides: object) -> tuple[list[float], nn.Module,
+                                                                      torch.optim.Optimizer,
+                                                                      GradScaler]:
+    model = _net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    scaler = GradScaler(level, **overrides)  # type: ignore[arg-type]
+    model, optimizer = scaler.initialize(model, optimizer)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 8, generator=generator)
+    y = x.sum(dim=1, keepdim=True)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        with autocast():
+            loss = nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(scaler.master_params(optimizer), 10.0)
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    return losses, model, optimizer, scaler
+
+
+@pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
+def test_every_level_trains(level: str) -> None:
+    overrides = {"keep_batchnorm_fp32": True} if level == "O3" else {}
+    losses = _train(level, **overrides)[0]
+    assert all(math.isfinite(loss) for loss in losses)
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_o2_keeps_float32_masters_low_precision_weights_and_float32_batchnorm() -> None:
+    _, model, optimizer, _ = _train("O2", steps=3)
+    linear, batchnorm = model[0], model[1]
+    assert linear.weight.dtype == torch.bfloat16
+    assert batchnorm.weight.dtype == torch.float32
+    stepped = list(optimizer.param_groups[0]["params"])
+    assert all(p.dtype == torch.float32 for p in stepped)
+    assert stepped[0] is not linear.weight
+    # The model's weights are the masters, rounded.
+    assert torch.equal(linear.weight, stepped[0].detach().to(torch.bfloat16))
+
+
+def test_o2_model_outputs_float32_from_float32_inputs() -> None:
+    _, model, _, _ = _train("O2", steps=1)
+    assert model(torch.randn(4, 8)).dtype == torch.float32
+
+
+def test_o3_casts_everything_and_keeps_no_masters() -> None:
+    _, model, optimizer, _ = _train("O3", steps=2)
+    assert model[1].weight.dtype == torch.bfloat16
+    assert optimizer.param_groups[0]["params"][0] is model[0].weight
+
+
+def test_o3_keep_batchnorm_fp32_is_the_speed_of_light_variant() -> None:
+    _, model, _, _ = _train("O3", steps=2, keep_batchnorm_fp32=True)
+    assert model[0].weight.dtype == torch.bfloat16 and model[1].weight.dtype == torch.float32
+
+
+def test_o2_checkpoint_holds_float32_masters_and_restores_them() -> None:
+    _, model, optimizer, _ = _train("O2", steps=5)
+    state = model.state_dict()
+    assert state["0.weight"].dtype == torch.float32
+    assert torch.equal(state["0.weight"], optimizer.param_groups[0]["params"][0].detach())
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    fresh = _net()
+    fresh_optimizer = torch.optim.SGD(fresh.parameters(), lr=0.05)
+    GradScaler("O2").initialize(fresh, fresh_optimizer)
+    fresh.load_state_dict(torch.load(buffer, weights_only=True))
+    assert torch.equal(fresh_optimizer.param_groups[0]["params"][0].detach(), state["0.weight"])
+    assert fresh[0].weight.dtype == torch.bfloat16
+    # An FP32 model loads the same checkpoint at full precision.
+    plain = _net()
+    plain.load_state_dict(state)
+    assert torch.equal(plain[0].weight, state["0.weight"])
+
+
+def _overflowing_step(scaler: GradScaler, level: str) -> tuple[nn.Module, list[torch.Tensor]]:
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler.initialize(model, optimizer)
+    weights = [p.detach().clone() for p in model.parameters()]
+    with autocast():
+        loss = model(torch.randn(2, 4)).float().sum()
+    scaler.scale(loss).backward()
+    model.weight.grad[0, 0] = float("inf")
+    scaler.step(optimizer)
+    scaler.update()
+    return model, weights
+
+
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_overflow_skips_the_step_and_halves_a_dynamic_scale(level: str) -> None:
+    scaler = GradScaler(level, dtype="float16")
+    model, weights = _overflowing_step(scaler, level)
+    assert scaler.last_step_skipped and scaler.skipped_steps == 1
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+    assert scaler.get_scale() == 2.0**15
+
+
+@pytest.mark.parametrize("level", ["O1", "O3"])
+def test_overflow_with_a_static_scale_skips_and_keeps_the_scale(level: str) -> None:
+    scaler = GradScaler(level, dtype="float16", loss_scale=128.0)
+    model, weights = _overflowing_step(scaler, level)
+    assert scaler.last_step_skipped
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters(), strict=True))
+    assert scaler.get_scale() == 128.0
+
+
+def test_state_dict_carries_level_scale_and_skips() -> None:
+    scaler = GradScaler("O2", dtype="float16")
+    _overflowing_step(scaler, "O2")
+    state = scaler.state_dict()
+    assert state["opt_level"] == "O2" and state["skipped_steps"] == 1
+    assert state["scale"] == 2.0**15
