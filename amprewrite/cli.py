@@ -25,9 +25,16 @@ STDIN = "-"
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--opt-level", type=click.Choice(OPT_LEVELS), default="O1", show_default=True,
-              help="apex.amp opt level: O0 FP32, O1 autocast + loss scaling.")
+              help="apex.amp opt level: O0 FP32, O1 autocast, O2 cast model + master "
+                   "weights, O3 pure low precision.")
 @click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="Low-precision dtype (default: float16 on CUDA, bfloat16 on the CPU).")
+@click.option("--keep-batchnorm-fp32/--no-keep-batchnorm-fp32", default=None,
+              help="O2/O3: keep batchnorm weights in FP32 (default: on for O2, off for O3).")
+@click.option("--master-weights/--no-master-weights", default=None,
+              help="O2/O3: FP32 master weights stepped by the optimizer (default: on for O2).")
+@click.option("--loss-scale", default=None, metavar="dynamic|FLOAT",
+              help="'dynamic', or a static scale (default: dynamic; 1.0 for O0 and O3).")
 @click.option("--plain", is_flag=True, help="Emit torch.amp only: no runtime import.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
@@ -41,6 +48,9 @@ def main(
     paths: tuple[str, ...],
     opt_level: str,
     dtype: str | None,
+    keep_batchnorm_fp32: bool | None,
+    master_weights: bool | None,
+    loss_scale: str | None,
     plain: bool,
     show_diff: bool,
     check: bool,
@@ -54,11 +64,8 @@ def main(
     Directories are walked for *.py files; `-` reads standard input and writes the result to
     standard output. Findings go to standard error as `path:line:col: AMPnnn message`.
     """
-    options = Options(opt_level=opt_level, dtype=dtype, plain=plain)
+    options = Options(opt_level, dtype, plain, keep_batchnorm_fp32, master_weights, loss_scale)
     problem = validate(options)
-    if problem is None and plain and opt_level in ("O2", "O3"):
-        problem = ("--plain emits torch.amp only, which has no O2/O3 "
-                   "(model casting and master weights need the runtime)")
     missing = [p for p in paths if p != STDIN and not Path(p).exists()]
     if problem is None and missing:
         problem = f"no such file or directory: {', '.join(missing)}"

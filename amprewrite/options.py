@@ -1,4 +1,4 @@
-"""What the user asked for: opt level, dtype and output style."""
+"""What the user asked for: opt level with apex's property overrides, dtype, output style."""
 
 from __future__ import annotations
 
@@ -13,15 +13,62 @@ class Options:
     opt_level: str = "O1"
     dtype: str | None = None  # None: the runtime picks (float16 on CUDA, bfloat16 on the CPU)
     plain: bool = False  # emit torch.amp only, no runtime import
+    keep_batchnorm_fp32: bool | None = None  # None: the opt level's default
+    master_weights: bool | None = None
+    loss_scale: str | None = None  # "dynamic" or a number, as typed
+
+    @property
+    def casts_model(self) -> bool:
+        return self.opt_level in ("O2", "O3")
+
+    @property
+    def uses_master_weights(self) -> bool:
+        default = self.opt_level == "O2"
+        return self.master_weights if self.master_weights is not None else default
 
 
 def validate(options: Options) -> str | None:
-    """Why `options` cannot be used (an explanation for the user), or None."""
-    if options.opt_level not in OPT_LEVELS:
-        return f"unknown opt level {options.opt_level!r}; choose one of {', '.join(OPT_LEVELS)}"
-    if options.opt_level in ("O2", "O3"):
-        return (f"opt level {options.opt_level} (model casting and master weights) is not "
-                "supported yet; use O1")
+    """Why `options` make no sense (an explanation in apex's spirit), or None."""
+    level = options.opt_level
+    if level not in OPT_LEVELS:
+        return f"unknown opt level {level!r}; choose one of {', '.join(OPT_LEVELS)}"
     if options.dtype is not None and options.dtype not in DTYPES:
         return f"unknown dtype {options.dtype!r}; choose one of {', '.join(DTYPES)}"
+    if options.loss_scale is not None and options.loss_scale != "dynamic":
+        try:
+            scale = float(options.loss_scale)
+        except ValueError:
+            return f"--loss-scale takes 'dynamic' or a positive number, not {options.loss_scale!r}"
+        if not scale > 0:
+            return f"--loss-scale must be positive, not {options.loss_scale}"
+    if level == "O0":
+        return _o0_problem(options)
+    if level == "O1":
+        if options.master_weights:
+            return ("O1 inserts casts around torch functions rather than casting model weights: "
+                    "the weights stay FP32, so FP32 master weights make no sense "
+                    "(use --opt-level O2 for master weights)")
+        if options.keep_batchnorm_fp32 is not None:
+            return ("O1 keeps every model weight in FP32, batchnorm included: "
+                    "--keep-batchnorm-fp32 does not apply (it is an O2/O3 property)")
+    if options.plain and options.casts_model:
+        return ("--plain emits torch.amp only, which has no O2/O3 "
+                "(model casting and master weights need the runtime)")
+    if options.plain and options.loss_scale not in (None, "dynamic"):
+        return "--plain supports dynamic loss scaling only (a static scale needs the runtime)"
+    return None
+
+
+def _o0_problem(options: Options) -> str | None:
+    given = [flag for flag, value in (
+        ("--dtype", options.dtype),
+        ("--master-weights", options.master_weights),
+        ("--keep-batchnorm-fp32", options.keep_batchnorm_fp32),
+    ) if value]
+    scale = options.loss_scale
+    if scale is not None and (scale == "dynamic" or float(scale) != 1.0):
+        given.append("--loss-scale")
+    if given:
+        return (f"O0 is pure FP32 training: {', '.join(given)} cannot apply "
+                "(there is no low-precision dtype, no cast model and no loss scaling)")
     return None

@@ -186,7 +186,7 @@ class KindTable:
             kind = self.kind_of_value(call)
             if kind is Kind.OPTIMIZER:
                 for arg in call.args:
-                    for owner in _parameter_owners(arg.value):
+                    for owner in parameter_owners(arg.value):
                         self._set(owner, Kind.MODEL)
             elif kind is Kind.SCHEDULER and call.args:
                 self._set(receiver_key(call.args[0].value), Kind.OPTIMIZER)
@@ -226,7 +226,7 @@ class KindTable:
                 self._set(param, self.of_expr(arg.value))
 
 
-def _parameter_owners(node: cst.BaseExpression) -> list[str]:
+def parameter_owners(node: cst.CSTNode) -> list[str]:
     """`model` for every `model.parameters()` / `model.named_parameters()` inside `node`."""
     owners: list[str] = []
     stack: list[cst.CSTNode] = [node]

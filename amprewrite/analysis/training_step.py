@@ -15,7 +15,7 @@ import libcst as cst
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
 from amprewrite.analysis.forward import computes
 from amprewrite.analysis.kinds import Kind, KindTable
-from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key, walk
+from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key
 from amprewrite.analysis.statements import (
     calls_in,
     is_backward_call,
@@ -23,6 +23,7 @@ from amprewrite.analysis.statements import (
     is_definition,
     is_step_call,
 )
+from amprewrite.analysis.unscaling import Clip, Unscale, gradient_uses, reads_grad
 
 
 @dataclass(frozen=True)
@@ -53,15 +54,6 @@ class Region:
         return list(self.block.body[self.start : self.end + 1])
 
 
-@dataclass(frozen=True)
-class Unscale:
-    """Gradients of `optimizer` must be unscaled before `statement` (it clips or reads them)."""
-
-    statement: Statement
-    optimizer: cst.BaseExpression
-    reason: str
-
-
 @dataclass
 class TrainingSteps:
     backwards: list[CallSite] = field(default_factory=list)  # to scale
@@ -69,6 +61,7 @@ class TrainingSteps:
     updates_after: list[CallSite] = field(default_factory=list)  # steps followed by update()
     regions: list[Region] = field(default_factory=list)  # forward + loss, to autocast
     unscales: list[Unscale] = field(default_factory=list)  # before clipping / reading .grad
+    clips: list[Clip] = field(default_factory=list)  # gradient clipping between backward/step
     notes: list[Note] = field(default_factory=list)  # sites left alone
 
     @property
@@ -106,7 +99,8 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
         elif not optimizer_steps:
             result.notes.append(Note("AMP201", site.call, f"`{text}.backward()` has no optimizer "
                                      "step in this file; left unchanged"))
-        elif not _steps_in(site.function, optimizer_steps) and _reads_grad(site.function):
+        elif (site.function is not None and not _steps_in(site.function, optimizer_steps)
+              and reads_grad(site.function)):
             result.notes.append(Note("AMP201", site.call, f"`{text}.backward()` computes "
                                      "gradients that are read, not stepped; left unchanged"))
         else:
@@ -122,7 +116,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     result.backwards = training_backwards
     result.steps = optimizer_steps
     result.updates_after = _last_steps(optimizer_steps, facts)
-    result.unscales = _unscale_points(optimizer_steps, training_backwards, facts)
+    result.unscales, result.clips = gradient_uses(optimizer_steps, training_backwards, facts)
     regions: list[Region] = []
     for site in training_backwards:
         region = _loss_region(site, facts, kinds)
@@ -187,14 +181,6 @@ def _steps_in(function: cst.FunctionDef | None, steps: list[CallSite]) -> bool:
     return any(s.function is function for s in steps)
 
 
-def _reads_grad(node: cst.CSTNode | None) -> bool:
-    if node is None:
-        return False
-    return any(
-        isinstance(child, cst.Attribute) and child.attr.value == "grad" for child in walk(node)
-    )
-
-
 def _last_steps(steps: list[CallSite], facts: ModuleFacts) -> list[CallSite]:
     """Steps after which no other step of the same function can run in that iteration."""
     last = []
@@ -231,45 +217,6 @@ def _exclusive(a: CallSite, b: CallSite, facts: ModuleFacts) -> bool:
 def _branch(statement: cst.If, chain: list[Statement]) -> int:
     inner = chain[chain.index(statement) - 1]
     return 0 if inner in statement.body.body else 1
-
-
-# Unscaling -----------------------------------------------------------------------------------
-_CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
-
-
-def _unscale_points(
-    steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts
-) -> list[Unscale]:
-    """For each step: the first clip or `.grad` read between its last backward and itself."""
-    points: list[Unscale] = []
-    for step in steps:
-        end = facts.order[step.statement]
-        prior = [facts.order[b.statement] for b in backwards
-                 if b.function is step.function and facts.order[b.statement] < end]
-        if not prior:
-            continue
-        start = max(prior)
-        first: tuple[int, Statement, str] | None = None
-        for site in facts.calls:
-            position = facts.order[site.statement]
-            if (site.function is step.function and start < position < end
-                    and _is_clip(site.call) and (first is None or position < first[0])):
-                first = (position, site.statement, "gradient clipping")
-        for line, position in facts.order.items():
-            info = facts.statements.get(line)
-            if (isinstance(line, cst.SimpleStatementLine) and info is not None
-                    and info.function is step.function and start < position < end
-                    and _reads_grad(line) and (first is None or position < first[0])):
-                first = (position, line, "code that reads `.grad`")
-        if first is not None:
-            points.append(Unscale(first[1], step.call.func.value, first[2]))  # type: ignore[attr-defined]
-    return points
-
-
-def _is_clip(call: cst.Call) -> bool:
-    func = call.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
-    return name in _CLIP_FUNCTIONS
 
 
 # Autocast regions ----------------------------------------------------------------------------

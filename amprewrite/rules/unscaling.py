@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from amprewrite.analysis.training_step import Note, Unscale
+from amprewrite.analysis.training_step import Note
+from amprewrite.analysis.unscaling import Unscale
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert
 

@@ -1,0 +1,73 @@
+"""Code between a backward and its optimizer step that needs true (unscaled) gradients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
+from amprewrite.analysis.names import dotted, walk
+
+_CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
+
+
+@dataclass(frozen=True)
+class Unscale:
+    """Gradients of `optimizer` must be unscaled before `statement` (it clips or reads them)."""
+
+    statement: Statement
+    optimizer: cst.BaseExpression
+    reason: str
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A gradient-clipping call that acts on what `optimizer` steps."""
+
+    site: CallSite
+    optimizer: cst.BaseExpression
+
+
+def gradient_uses(
+    steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts
+) -> tuple[list[Unscale], list[Clip]]:
+    """For each step, the clips and `.grad` reads between its last backward and itself; the
+    first of them is where `unscale_` goes."""
+    unscales: list[Unscale] = []
+    clips: list[Clip] = []
+    for step in steps:
+        optimizer = step.call.func.value  # type: ignore[attr-defined]
+        end = facts.order[step.statement]
+        prior = [facts.order[b.statement] for b in backwards
+                 if b.function is step.function and facts.order[b.statement] < end]
+        if not prior:
+            continue
+        start = max(prior)
+        found: list[tuple[int, Statement, str]] = []
+        for site in facts.calls:
+            position = facts.order[site.statement]
+            if site.function is step.function and start < position < end and _is_clip(site.call):
+                found.append((position, site.statement, "gradient clipping"))
+                clips.append(Clip(site, optimizer))
+        for line, position in facts.order.items():
+            info = facts.statements.get(line)
+            if (isinstance(line, cst.SimpleStatementLine) and info is not None
+                    and info.function is step.function and start < position < end
+                    and reads_grad(line)):
+                found.append((position, line, "code that reads `.grad`"))
+        if found:
+            _, statement, reason = min(found, key=lambda item: item[0])
+            unscales.append(Unscale(statement, optimizer, reason))
+    return unscales, clips
+
+
+def _is_clip(call: cst.Call) -> bool:
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+    return name in _CLIP_FUNCTIONS
+
+
+def reads_grad(node: cst.CSTNode) -> bool:
+    return any(isinstance(child, cst.Attribute) and child.attr.value == "grad"
+               for child in walk(node))
