@@ -12,7 +12,7 @@ from amprewrite.analysis import analyse
 from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options, validate
-from amprewrite.rules.o1 import plan_o1
+from amprewrite.rules.recipe import plan_rewrite
 from amprewrite.transform import apply_edits
 
 
@@ -50,7 +50,7 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
                    if findings else
                    "no training step or evaluation forward pass found; file left unchanged")
         return RewriteResult(source, [*findings, Finding("AMP001", 1, 1, message)])
-    ctx = plan_o1(analysis, options)
+    ctx = plan_rewrite(analysis, options)
     new_source = apply_edits(module, ctx.plan).bytes
     _check_parses(new_source)
     notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]

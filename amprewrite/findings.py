@@ -68,6 +68,12 @@ CODES: dict[str, Code] = {
     "AMP150": Code(Severity.CHANGE, "custom autograd Function decorated for autocast",
                    "`custom_fwd`/`custom_bwd` make backward run with the forward's autocast state "
                    "(float32 inputs where the forward needs them)."),
+    "AMP160": Code(Severity.CHANGE, "model initialized for the opt level",
+                   "At O2/O3 `scaler.initialize(model, optimizer)` casts the model (batchnorm "
+                   "kept FP32 where asked), casts inputs at forward and creates master weights."),
+    "AMP161": Code(Severity.CHANGE, "clipping moved to the master weights",
+                   "With master weights the optimizer steps FP32 copies; clipping acts on them "
+                   "(apex's `amp.master_params(optimizer)`)."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "
@@ -92,6 +98,9 @@ CODES: dict[str, Code] = {
     "AMP140": Code(Severity.SKIP, "manual cast to a low-precision dtype",
                    "apex's rule holds: never cast the model or inputs by hand under AMP; remove "
                    "the cast and let autocast pick the precision per operation."),
+    "AMP260": Code(Severity.SKIP, "model not initialized for O2/O3",
+                   "The optimizer's model is unknown or already wrapped by DDP/FSDP: call "
+                   "`scaler.initialize(model, optimizer)` by hand, before any wrapping."),
     "AMP208": Code(Severity.SKIP, "`torch.autograd.grad` in a training step",
                    "Left unscaled: results stay correct, but float16 gradients may underflow. "
                    "Scale the outputs and unscale the gradients as in the AMP recipe."),

@@ -13,6 +13,9 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 STYLES: dict[str, Options] = {
     "O1": Options(opt_level="O1"),
     "O1_plain": Options(opt_level="O1", plain=True),
+    "O2": Options(opt_level="O2"),
+    "O3": Options(opt_level="O3", keep_batchnorm_fp32=True),
+    "O0": Options(opt_level="O0"),
 }
 
 
@@ -50,6 +53,6 @@ def cases() -> list[Case]:
     found = []
     for directory in sorted(p for p in FIXTURES.iterdir() if (p / "input.py").exists()):
         found.append(Case(directory.name, "O1"))
-        if (directory / "expected_O1_plain.py").exists():
-            found.append(Case(directory.name, "O1_plain"))
+        found.extend(Case(directory.name, style) for style in STYLES
+                     if style != "O1" and (directory / f"findings_{style}.txt").exists())
     return found

@@ -87,3 +87,36 @@ def test_opt_level_override_runs_the_rewrite_in_fp32() -> None:
     assert o0.ok, o0.explain()
     assert set(o0.train_dtypes) == {FLOAT32}
     assert o0.losses == pytest.approx(fp32.losses, rel=1e-6)
+
+
+CAST_MODEL_CASES = [
+    ("toplevel_loop", "O2"),
+    ("trainer_class", "O2"),
+    ("transformer_lm", "O2"),
+    ("mnist_functions", "O2"),
+    ("toplevel_loop", "O3"),
+    ("main_loop", "O3"),
+]
+
+
+@pytest.mark.parametrize(("name", "style"), CAST_MODEL_CASES, ids=lambda v: str(v))
+def test_cast_model_levels_train_in_low_precision(name: str, style: str) -> None:
+    """O2/O3 rewrites cast the model: the forward runs in bfloat16 with no autocast at all,
+    and training still brings the loss down like FP32 does."""
+    directory = FIXTURES_DIR / name
+    fp32 = run_script(directory / "input.py")
+    cast = run_script(directory / f"expected_{style}.py")
+    assert cast.ok, cast.explain()
+    assert set(cast.train_dtypes) == {BFLOAT16}
+    assert cast.autocast_forwards == 0  # O2/O3 do not patch functions
+    assert all(math.isfinite(loss) for loss in cast.losses)
+    assert len(cast.losses) == len(fp32.losses)
+    assert cast.losses[-1] < cast.losses[0]
+    assert cast.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.2, abs=1e-2)
+
+
+def test_o2_script_runs_at_o1_through_the_environment() -> None:
+    directory = FIXTURES_DIR / "toplevel_loop"
+    o1 = run_script(directory / "expected_O2.py", env={"AMPREWRITE_OPT_LEVEL": "O1"})
+    assert o1.ok, o1.explain()
+    assert BFLOAT16 in o1.train_dtypes and o1.autocast_forwards > 0

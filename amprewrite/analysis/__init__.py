@@ -13,6 +13,7 @@ from amprewrite.analysis.existing_amp import existing_amp
 from amprewrite.analysis.facts import ModuleFacts, collect
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
 from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
 from amprewrite.analysis.training_step import Note, TrainingSteps, analyse_training
 from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses
@@ -21,6 +22,7 @@ from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses
 @dataclass
 class ModuleAnalysis:
     facts: ModuleFacts
+    kinds: KindTable
     existing_amp: str | None  # the AMP API the module already uses, if any
     training: TrainingSteps
     training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
@@ -30,6 +32,7 @@ class ModuleAnalysis:
     hazards: list[Note]  # risky code reported, not changed
     sharded: bool  # FSDP: the scaler must be the sharded one
     custom_functions: list[CustomFunction]
+    optimizer_builds: list[OptimizerBuild]  # where the stepped optimizers are built
 
     @property
     def has_work(self) -> bool:
@@ -46,6 +49,7 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
     training_functions = {site.function for site in training.backwards}
     return ModuleAnalysis(
         facts=facts,
+        kinds=kinds,
         existing_amp=amp,
         training=training,
         training_regions=split_unsafe_losses(training.regions, facts, kinds),
@@ -55,4 +59,5 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions)],
         sharded=uses_fsdp(facts),
         custom_functions=custom_functions(facts),
+        optimizer_builds=optimizer_builds(facts, training.steps),
     )

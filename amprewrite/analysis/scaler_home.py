@@ -12,11 +12,11 @@ The rule, narrowest scope first:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import libcst as cst
 
-from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
-from amprewrite.analysis.names import receiver_key
+from amprewrite.analysis.facts import Block, ModuleFacts, Statement
 
 _CANDIDATE_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 
@@ -39,13 +39,20 @@ def fresh_name(facts: ModuleFacts, candidates: tuple[str, ...]) -> str:
     return f"{candidates[0]}_{counter}"
 
 
-def find_scaler_home(facts: ModuleFacts, uses: list[CallSite], global_index: int) -> ScalerHome:
+class Use(Protocol):
+    """A place that refers to the scaler: a call site, or an assignment it follows."""
+
+    @property
+    def function(self) -> cst.FunctionDef | None: ...
+
+    @property
+    def statement(self) -> Statement: ...
+
+
+def find_scaler_home(
+    facts: ModuleFacts, uses: list[Use], optimizer_keys: set[str | None], global_index: int
+) -> ScalerHome:
     name = fresh_name(facts, _CANDIDATE_NAMES)
-    optimizer_keys = {
-        receiver_key(site.call.func.value)  # type: ignore[attr-defined]
-        for site in uses
-        if isinstance(site.call.func, cst.Attribute) and site.call.func.attr.value == "step"
-    }
     functions = {site.function for site in uses}
     classes = {facts.function_class.get(f) for f in functions if f is not None}
     if None not in functions and len(classes) == 1 and None not in classes:
@@ -78,13 +85,15 @@ def _local_home(
     facts: ModuleFacts,
     function: cst.FunctionDef | None,
     optimizer_keys: set[str | None],
-    uses: list[CallSite],
+    uses: list[Use],
     name: str,
 ) -> ScalerHome | None:
     anchor = _last_binding_anchor(facts, function, optimizer_keys)
     if anchor is None:
         return None
-    first_use = min(_top_index(facts, function, site.statement) for site in uses)
+    builds = {id(b.statement) for b in facts.bindings if set(b.keys) & optimizer_keys}
+    first_use = min(_top_index(facts, function, site.statement) for site in uses
+                    if id(site.statement) not in builds)
     if anchor >= first_use:
         return None
     block = facts.module if function is None else function.body

@@ -41,8 +41,7 @@ def runtime_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
     if needs.autocast:
         style.autocast = f"{local['autocast']}({dtype})"
     if needs.scaler:
-        arguments = ", ".join(a for a in (dtype, "sharded=True" if needs.sharded else "") if a)
-        style.scaler = f"{local['GradScaler']}({arguments})"
+        style.scaler = f"{local['GradScaler']}({', '.join(_scaler_arguments(options, needs))})"
     if needs.custom_functions:
         style.decorators = Decorators(
             forward=local["custom_fwd"],
@@ -50,6 +49,23 @@ def runtime_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
             backward=local["custom_bwd"],
         )
     return style
+
+
+def _scaler_arguments(options: Options, needs: Needs) -> list[str]:
+    arguments = [] if options.opt_level == "O1" else [f'"{options.opt_level}"']
+    if options.dtype:
+        arguments.append(f'dtype="{options.dtype}"')
+    for name in ("keep_batchnorm_fp32", "master_weights"):
+        value = getattr(options, name)
+        if value is not None:
+            arguments.append(f"{name}={value}")
+    if options.loss_scale == "dynamic":
+        arguments.append('loss_scale="dynamic"')
+    elif options.loss_scale is not None:
+        arguments.append(f"loss_scale={float(options.loss_scale)!r}")
+    if needs.sharded:
+        arguments.append("sharded=True")
+    return arguments
 
 
 def plain_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:

@@ -1,7 +1,8 @@
 """One place decides the precision policy: opt level, device type and dtype.
 
 Resolution order, for each setting:
-- opt level: `AMPREWRITE_OPT_LEVEL` > the script's argument > "O1";
+- opt level: `AMPREWRITE_OPT_LEVEL` > the script's argument (a `GradScaler(opt_level)`
+  declares it for the whole process, autocast regions included) > "O1";
 - dtype: `AMPREWRITE_DTYPE` > the script's argument > float16 on CUDA, bfloat16 elsewhere;
 - device type: `AMPREWRITE_DEVICE` > the script's argument > where the last scaled loss lived
   > "cuda" when CUDA is available, else "cpu".
@@ -35,6 +36,7 @@ class Overrides:
 class _State:
     overrides: Overrides | None = None
     last_device: str | None = None  # device type of the last loss a scaler scaled
+    declared_level: str | None = None  # the opt level the script's GradScaler asked for
     default_device: str | None = None
 
 
@@ -63,10 +65,16 @@ def _reset() -> None:
     _State.overrides = None
     _State.last_device = None
     _State.default_device = None
+    _State.declared_level = None
+
+
+def declare_opt_level(level: str | None) -> None:
+    """The script's own opt level (from its GradScaler), used where no other is given."""
+    _State.declared_level = level
 
 
 def resolve_opt_level(requested: str | None = None) -> str:
-    level = overrides().opt_level or requested or "O1"
+    level = overrides().opt_level or requested or _State.declared_level or "O1"
     if level not in OPT_LEVELS:
         raise ValueError(f"opt level {level!r} is not valid; use one of {', '.join(OPT_LEVELS)}")
     return level

@@ -9,7 +9,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from amprewrite_runtime.policy import note_device, resolve_dtype, resolve_opt_level
+from amprewrite_runtime.policy import (
+    declare_opt_level,
+    note_device,
+    resolve_dtype,
+    resolve_opt_level,
+)
 from amprewrite_runtime.precision import MasterWeights, cast_inputs_at_forward, cast_model
 from amprewrite_runtime.properties import Properties, properties_for
 
@@ -51,6 +56,7 @@ class GradScaler:
         backoff_factor: float = 0.5,
         growth_interval: int = 2000,
     ) -> None:
+        declare_opt_level(opt_level)
         self.opt_level = resolve_opt_level(opt_level)
         if opt_level is not None and self.opt_level != opt_level:
             keep_batchnorm_fp32 = master_weights = loss_scale = None  # the script's overrides

@@ -7,9 +7,8 @@ import math
 
 import pytest
 import torch
-from torch import nn
-
 from amprewrite_runtime import GradScaler, autocast
+from torch import nn
 
 
 def _net() -> nn.Module:

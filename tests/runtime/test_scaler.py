@@ -58,7 +58,7 @@ def test_o0_steps_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_o2_without_initialize_says_what_to_do() -> None:
-    model, optimizer = _model_and_optimizer()
+    _, optimizer = _model_and_optimizer()
     scaler = GradScaler("O2")
     with pytest.raises(RuntimeError, match="--opt-level O2"):
         scaler.step(optimizer)

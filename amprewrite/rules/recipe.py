@@ -1,10 +1,17 @@
-"""O1: autocast around forward passes and losses, dynamic loss scaling (apex O1 on torch.amp)."""
+"""The mixed-precision recipe for O1-O3: which rules run, in which output style.
+
+O1 is autocast around forward passes and losses with dynamic loss scaling. O2/O3 add
+`scaler.initialize(model, optimizer)` after each optimizer is built (the runtime casts the
+model, and keeps master weights at O2); their autocast regions stay in the script, inactive
+unless `AMPREWRITE_OPT_LEVEL=O1` switches the same script to O1.
+"""
 
 from __future__ import annotations
 
 import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
+from amprewrite.analysis.names import receiver_key
 from amprewrite.analysis.scaler_home import find_scaler_home
 from amprewrite.options import Options
 from amprewrite.rules.autocast import wrap_regions
@@ -12,6 +19,7 @@ from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
 from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
+from amprewrite.rules.model_casting import clip_master_weights, initialize_models
 from amprewrite.rules.scaler_creation import create_scaler
 from amprewrite.rules.scheduler import guard_schedulers
 from amprewrite.rules.styles import Needs, plain_style, runtime_style
@@ -20,8 +28,8 @@ from amprewrite.rules.unscaling import unscale_before_use
 from amprewrite.transform import Insert
 
 
-def plan_o1(analysis: ModuleAnalysis, options: Options) -> RuleContext:
-    """Plan the O1 rewrite of a module with training steps, evaluation passes or custom
+def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
+    """Plan the rewrite of a module with training steps, evaluation passes or custom
     autograd Functions."""
     facts, training, checkpoints = analysis.facts, analysis.training, analysis.checkpoints
     regions = [analysis.training_regions, analysis.evaluation_regions]
@@ -42,18 +50,23 @@ def plan_o1(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     if style.decorators is not None and analysis.custom_functions:
         decorate_custom_functions(ctx, analysis.custom_functions, style.decorators)
     if needs.scaler:
-        uses = [*training.backwards, *training.steps,
+        builds = analysis.optimizer_builds if options.casts_model else []
+        uses = [*training.backwards, *training.steps, *(b.binding for b in builds),
                 *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
-        home = find_scaler_home(facts, uses, facts.header_imports_end)
+        optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
+        home = find_scaler_home(facts, uses, optimizers, facts.header_imports_end)
         ctx.scaler_expr = home.expression
         code = create_scaler(ctx, home, style.scaler)
         if home.scope == "global":
             style.definitions.append(code)
+        initialize_models(ctx, builds, analysis.kinds, home)
         scale_backwards(ctx, training.backwards)
         route_steps(ctx, training.steps)
         guard_schedulers(ctx, analysis.schedulers)
         add_updates(ctx, training.updates_after)
         unscale_before_use(ctx, training.unscales)
+        if options.casts_model and options.uses_master_weights:
+            clip_master_weights(ctx, training.clips)
         checkpoint_scaler(ctx, checkpoints)
     header = [ctx.parse_statement(code) for code in style.imports]
     for position, code in enumerate(style.definitions):
