@@ -8,11 +8,14 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from amprewrite.analysis import analyse
+from amprewrite.analysis import ModuleAnalysis, analyse
+from amprewrite.analysis.amp_usage import amp_usage
 from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options, validate
+from amprewrite.rules.context import RuleContext
 from amprewrite.rules.recipe import plan_rewrite
+from amprewrite.rules.revert import revert_to_fp32
 from amprewrite.transform import apply_edits
 
 
@@ -38,6 +41,8 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
         raise ValueError(problem)
     module = _parse(source)
     analysis = analyse(module)
+    if options.opt_level == "O0" and analysis.existing_amp is not None:
+        return _revert(module, source, analysis, options)
     if analysis.existing_amp is not None:
         message = f"file already uses mixed precision (`{analysis.existing_amp}`); left unchanged"
         return RewriteResult(source, [Finding("AMP002", 1, 1, message)])
@@ -55,6 +60,21 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     _check_parses(new_source)
     notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]
     return RewriteResult(new_source, _locate(module, notes), new_source != source)
+
+
+def _revert(
+    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
+) -> RewriteResult:
+    usage = amp_usage(analysis.facts)
+    if not usage:
+        message = (f"file uses mixed precision (`{analysis.existing_amp}`) that amprewrite did "
+                   "not write; left unchanged")
+        return RewriteResult(source, [Finding("AMP002", 1, 1, message)])
+    ctx = RuleContext(analysis.facts, options, "")
+    revert_to_fp32(ctx, usage)
+    new_source = apply_edits(module, ctx.plan).bytes
+    _check_parses(new_source)
+    return RewriteResult(new_source, _locate(module, ctx.notes), new_source != source)
 
 
 def _parse(source: bytes) -> cst.Module:

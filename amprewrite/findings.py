@@ -74,6 +74,9 @@ CODES: dict[str, Code] = {
     "AMP161": Code(Severity.CHANGE, "clipping moved to the master weights",
                    "With master weights the optimizer steps FP32 copies; clipping acts on them "
                    "(apex's `amp.master_params(optimizer)`)."),
+    "AMP170": Code(Severity.CHANGE, "mixed precision removed (O0)",
+                   "O0 on a script amprewrite rewrote takes autocast, the scaler and its "
+                   "checkpoint entries out again: plain FP32 training."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

@@ -92,7 +92,10 @@ class _Applier(cst.CSTTransformer):
     def leave_IndentedBlock(
         self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
     ) -> cst.IndentedBlock:
-        return updated_node.with_changes(body=self._rebuild(original_node, updated_node.body))
+        body = self._rebuild(original_node, updated_node.body)
+        if not body:  # every statement was removed
+            body = [cst.SimpleStatementLine([cst.Pass()])]
+        return updated_node.with_changes(body=body)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine

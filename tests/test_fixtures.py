@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from amprewrite.engine import rewrite_source
-from tests.fixture_cases import Case, cases
+from tests.fixture_cases import STYLES, Case, cases
 
 CASES = cases()
 
@@ -48,3 +48,23 @@ def test_output_compiles(case: Case) -> None:
 def test_there_are_enough_fixture_pairs() -> None:
     changed = {c.name for c in CASES if c.expected.exists()}
     assert len(changed) >= 8, changed
+
+
+# Rewrites that O0 cannot take back to the letter, and what stays (correct FP32 code).
+KEPT_BY_REVERT = {
+    "rule_inline_loss": b"loss = loss_fn(net(x), y)",  # the hoisted loss variable
+    "rule_bce_outside_autocast": b"p_real.float()",  # float32 inputs of the unsafe loss
+}
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.style != "O0" and c.expected.exists()], ids=str
+)
+def test_o0_turns_a_rewrite_back_into_its_fp32_original(case: Case) -> None:
+    reverted = rewrite_source(case.expected.read_bytes(), STYLES["O0"]).source
+    kept = KEPT_BY_REVERT.get(case.name)
+    if kept is None:
+        assert reverted.decode() == case.input.read_text()
+    else:
+        assert kept in reverted
+        assert b"scaler" not in reverted and b"autocast" not in reverted

@@ -1,0 +1,183 @@
+"""The AMP code of a script rewritten by amprewrite (runtime or plain style), for O0's revert.
+
+Everything is recognised through the scaler: names bound to a `GradScaler(...)` built from
+amprewrite's runtime, `torch.amp`/`torch.cuda.amp` or FSDP's `ShardedGradScaler`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts, Statement
+from amprewrite.analysis.names import dotted
+
+_SCALER_CLASSES = ("GradScaler", "ShardedGradScaler")
+_AUTOCASTS = frozenset({"amprewrite_runtime.autocast", "torch.autocast", "torch.amp.autocast",
+                        "torch.cuda.amp.autocast", "torch.cpu.amp.autocast"})
+_DECORATORS = ("custom_fwd", "custom_bwd")
+
+
+@dataclass
+class AmpUsage:
+    scalers: set[str] = field(default_factory=set)  # keys holding a grad scaler
+    imports: list[Statement] = field(default_factory=list)  # runtime / sharded scaler imports
+    statements: list[Statement] = field(default_factory=list)  # lines to delete
+    unwrap: list[cst.With | cst.If] = field(default_factory=list)  # blocks to replace by bodies
+    calls: list[cst.Call] = field(default_factory=list)  # scale(...).backward(), step(opt)
+    # checkpoint entries: (the dict literal or `dict(...)` call, the scaler's element in it)
+    entries: list[tuple[cst.Dict | cst.Call, cst.DictElement | cst.Arg]] = field(
+        default_factory=list)
+    decorators: list[cst.Decorator] = field(default_factory=list)
+    master_params: dict[int, str] = field(default_factory=dict)  # id(call) -> model expression
+
+    def __bool__(self) -> bool:
+        return bool(self.scalers or self.unwrap or self.decorators or self.imports)
+
+
+def amp_usage(facts: ModuleFacts) -> AmpUsage:
+    usage = AmpUsage()
+    for binding in facts.bindings:
+        value = binding.value
+        if isinstance(value, cst.Call) and _is_scaler_class(value.func, facts):
+            usage.scalers.update(binding.keys)
+            usage.statements.append(binding.statement)
+    devices = _autocast_devices(facts)
+    for binding in facts.bindings:
+        if binding.keys and binding.keys[0] in devices:
+            usage.statements.append(binding.statement)
+    models: dict[str, str] = {}
+    for site in facts.calls:
+        _classify_call(site.call, site.statement, usage, facts, models)
+    for site in facts.calls:
+        func = site.call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "master_params":
+            optimizer = dotted(site.call.args[0].value) if site.call.args else None
+            if optimizer in models:
+                usage.master_params[id(site.call)] = models[optimizer]
+    for statement in facts.statements:
+        if isinstance(statement, cst.SimpleStatementLine) and _is_amp_import(statement):
+            usage.imports.append(statement)
+        elif isinstance(statement, cst.With) and len(statement.items) == 1 and _is_autocast(
+                statement.items[0].item, facts):
+            usage.unwrap.append(statement)
+        elif isinstance(statement, cst.If) and _guards_on_scaler(statement, usage):
+            if _restores_scaler(statement, usage):
+                usage.statements.append(statement)
+            else:
+                usage.unwrap.append(statement)
+        if isinstance(statement, cst.FunctionDef):
+            usage.decorators.extend(d for d in statement.decorators
+                                    if _is_amp_decorator(d.decorator, facts))
+    return usage
+
+
+def _classify_call(
+    call: cst.Call, statement: Statement, usage: AmpUsage, facts: ModuleFacts,
+    models: dict[str, str],
+) -> None:
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return
+    owner = dotted(func.value)
+    method = func.attr.value
+    if owner in usage.scalers:
+        if method == "step":
+            usage.calls.append(call)
+        elif method in ("update", "unscale_", "initialize") or (
+                method == "get_scale" and isinstance(statement, cst.SimpleStatementLine)):
+            usage.statements.append(statement)
+            if method == "initialize" and len(call.args) == 2:
+                model = facts.module.code_for_node(call.args[0].value)
+                models[dotted(call.args[1].value) or ""] = model
+        elif method == "state_dict":
+            _checkpoint_entry(call, statement, usage)
+    elif method == "backward" and isinstance(func.value, cst.Call):
+        inner = func.value.func
+        if isinstance(inner, cst.Attribute) and inner.attr.value == "scale" and dotted(
+                inner.value) in usage.scalers:
+            usage.calls.append(call)
+
+
+def _checkpoint_entry(call: cst.Call, statement: Statement, usage: AmpUsage) -> None:
+    """`"scaler": scaler.state_dict()` in a dict, `scaler=...` in dict(), or its own line."""
+    for node in _walk_statement(statement):
+        items = (node.elements if isinstance(node, cst.Dict)
+                 else node.args if isinstance(node, cst.Call) else ())
+        for item in items:
+            if isinstance(item, cst.DictElement | cst.Arg) and item.value is call:
+                usage.entries.append((node, item))
+                return
+    usage.statements.append(statement)
+
+
+def _walk_statement(statement: Statement) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+    stack: list[cst.CSTNode] = [statement]
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        stack.extend(node.children)
+    return found
+
+
+def _is_scaler_class(func: cst.BaseExpression, facts: ModuleFacts) -> bool:
+    resolved = facts.imports.resolve(func) or ""
+    return resolved.rsplit(".", 1)[-1] in _SCALER_CLASSES and resolved.startswith(
+        ("amprewrite_runtime", "torch."))
+
+
+def _is_autocast(item: cst.BaseExpression, facts: ModuleFacts) -> bool:
+    return isinstance(item, cst.Call) and facts.imports.resolve(item.func) in _AUTOCASTS
+
+
+def _autocast_devices(facts: ModuleFacts) -> set[str]:
+    """The plain style's device variable: `amp_device` in `torch.autocast(amp_device)`,
+    `torch.amp.GradScaler(amp_device, ...)`, `custom_fwd(device_type=amp_device)`."""
+    devices = set()
+    for site in facts.calls:
+        resolved = facts.imports.resolve(site.call.func) or ""
+        last = resolved.rsplit(".", 1)[-1]
+        if resolved not in _AUTOCASTS and last not in (*_SCALER_CLASSES, *_DECORATORS):
+            continue
+        for position, arg in enumerate(site.call.args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if (position == 0 and keyword is None) or keyword in ("device", "device_type"):
+                name = dotted(arg.value)
+                if name is not None:
+                    devices.add(name)
+    return devices
+
+
+def _is_amp_import(line: cst.SimpleStatementLine) -> bool:
+    for small in line.body:
+        if isinstance(small, cst.ImportFrom) and small.module is not None:
+            module = dotted(small.module) or ""
+            if module == "amprewrite_runtime" or module.endswith("sharded_grad_scaler"):
+                return True
+    return False
+
+
+def _guards_on_scaler(statement: cst.If, usage: AmpUsage) -> bool:
+    """`if not scaler.last_step_skipped:`, `if scaler.get_scale() >= ...:` or
+    `if "scaler" in checkpoint: scaler.load_state_dict(...)`."""
+    if statement.orelse is not None:
+        return False
+    return any(dotted(node) in usage.scalers or (
+        isinstance(node, cst.Attribute) and dotted(node.value) in usage.scalers)
+        for node in _walk_statement(statement.test)) or _restores_scaler(statement, usage)
+
+
+def _restores_scaler(statement: cst.If, usage: AmpUsage) -> bool:
+    body = statement.body.body
+    return len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and any(
+        isinstance(node, cst.Attribute) and node.attr.value == "load_state_dict"
+        and dotted(node.value) in usage.scalers for node in _walk_statement(body[0]))
+
+
+def _is_amp_decorator(node: cst.BaseExpression, facts: ModuleFacts) -> bool:
+    target = node.func if isinstance(node, cst.Call) else node
+    resolved = facts.imports.resolve(target) or ""
+    return resolved.rsplit(".", 1)[-1] in _DECORATORS and resolved.startswith(
+        ("amprewrite_runtime", "torch."))

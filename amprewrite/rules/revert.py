@@ -1,0 +1,73 @@
+"""O0 on a script amprewrite rewrote: take the mixed precision out again (plain FP32).
+
+The loss variable a rewrite hoisted out of `.backward()` and the `.float()` added around an
+unsafe loss stay: both are correct FP32 code.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.amp_usage import AmpUsage
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Replace
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
+    for statement in [*usage.imports, *usage.statements]:
+        ctx.plan.replaces.append(Replace(statement, lambda _: cst.RemoveFromParent()))
+    for block in usage.unwrap:
+        ctx.plan.replaces.append(Replace(block, _unwrap))
+    for call in usage.calls:
+        ctx.plan.replaces.append(Replace(call, _plain_call))
+    for container, entry in usage.entries:
+        ctx.plan.replaces.append(Replace(container, _without(entry, container)))
+    for decorator in usage.decorators:
+        ctx.plan.replaces.append(Replace(decorator, lambda _: cst.RemoveFromParent()))
+    for call_id, model in usage.master_params.items():
+        parameters = ctx.parse_expression(f"{model}.parameters()")
+        ctx.plan.replaces.append(Replace(_call_by_id(ctx, call_id), lambda _, p=parameters: p))
+    ctx.notes.append(Note("AMP170", ctx.facts.module.body[0],
+                          "mixed precision removed: the script is plain FP32 again (O0)"))
+
+
+def _unwrap(node: cst.CSTNode) -> cst.CSTNode | cst.FlattenSentinel:
+    assert isinstance(node, cst.With | cst.If)
+    body = list(node.body.body)
+    body[0] = body[0].with_changes(leading_lines=[*node.leading_lines, *body[0].leading_lines])
+    return cst.FlattenSentinel(body)
+
+
+def _plain_call(node: cst.CSTNode) -> cst.CSTNode:
+    """`scaler.step(opt)` -> `opt.step()`; `scaler.scale(x).backward()` -> `x.backward()`."""
+    assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+    if node.func.attr.value == "step":
+        optimizer = node.args[0].value
+        return node.with_changes(func=cst.Attribute(optimizer, cst.Name("step")), args=[])
+    scaled = node.func.value
+    assert isinstance(scaled, cst.Call)
+    loss = scaled.args[0].value
+    if not isinstance(loss, _ATOMIC):
+        loss = loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return node.with_changes(func=node.func.with_changes(value=loss))
+
+
+def _without(entry: cst.CSTNode, container: cst.Dict | cst.Call):  # type: ignore[no-untyped-def]
+    attribute = "elements" if isinstance(container, cst.Dict) else "args"
+    position = list(getattr(container, attribute)).index(entry)
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        items = list(getattr(node, attribute))
+        removed = items.pop(position)
+        if position == len(items) and position > 0:  # it was last: the previous one is now
+            items[-1] = items[-1].with_changes(comma=removed.comma)
+        return node.with_changes(**{attribute: items})
+
+    return build
+
+
+def _call_by_id(ctx: RuleContext, call_id: int) -> cst.Call:
+    return next(site.call for site in ctx.facts.calls if id(site.call) == call_id)
