@@ -202,3 +202,51 @@ def test_read_only_file_is_left_alone(training: Path) -> None:
     code, _, err = _run(str(training))
     assert code == 123 and "permission denied" in err
     assert training.read_bytes() == TRAINING
+
+
+@pytest.mark.parametrize(
+    ("flags", "explanation"),
+    [
+        (["--opt-level", "O1", "--master-weights"], "FP32 master weights make no sense"),
+        (["--opt-level", "O1", "--keep-batchnorm-fp32"], "does not apply"),
+        (["--opt-level", "O1", "--no-keep-batchnorm-fp32"], "does not apply"),
+        (["--opt-level", "O0", "--loss-scale", "128"], "O0 is pure FP32"),
+        (["--opt-level", "O0", "--loss-scale", "dynamic"], "O0 is pure FP32"),
+        (["--opt-level", "O0", "--master-weights"], "O0 is pure FP32"),
+        (["--opt-level", "O0", "--keep-batchnorm-fp32"], "O0 is pure FP32"),
+        (["--opt-level", "O0", "--dtype", "float16"], "O0 is pure FP32"),
+        (["--plain", "--opt-level", "O2"], "has no O2/O3"),
+        (["--plain", "--opt-level", "O3"], "has no O2/O3"),
+        (["--plain", "--loss-scale", "64"], "dynamic loss scaling only"),
+        (["--loss-scale", "-1"], "must be positive"),
+        (["--loss-scale", "lots"], "'dynamic' or a positive number"),
+    ],
+)
+def test_invalid_opt_level_combinations_are_refused(
+    training: Path, flags: list[str], explanation: str
+) -> None:
+    code, _, err = _run(*flags, str(training))
+    assert code == 2
+    assert explanation in err
+    assert training.read_bytes() == TRAINING
+
+
+@pytest.mark.parametrize(
+    ("flags", "constructor"),
+    [
+        (["--opt-level", "O2"], 'GradScaler("O2")'),
+        (["--opt-level", "O3", "--keep-batchnorm-fp32"],
+         'GradScaler("O3", keep_batchnorm_fp32=True)'),
+        (["--opt-level", "O2", "--no-master-weights", "--loss-scale", "512"],
+         'GradScaler("O2", master_weights=False, loss_scale=512.0)'),
+        (["--loss-scale", "128"], "GradScaler(loss_scale=128.0)"),
+        (["--dtype", "float16"], 'GradScaler(dtype="float16")'),
+    ],
+)
+def test_opt_level_properties_reach_the_scaler(
+    training: Path, flags: list[str], constructor: str
+) -> None:
+    assert _run(*flags, str(training))[0] == 1
+    rewritten = training.read_text()
+    assert f"scaler = {constructor}\n" in rewritten
+    assert ("scaler.initialize(model, optimizer)" in rewritten) == ("O2" in flags or "O3" in flags)
