@@ -251,10 +251,12 @@ def _slice_region(
         if bound_keys(statement) & needed:
             sliced.append(position)
             needed |= set(iter_keys(statement))
-    # The region starts at the forward pass: the first statement that computes something, other
-    # than building a model/optimizer/criterion or calling a local helper that only loads data.
-    compute = [p for p in sliced if not _builds_objects(block.body[p], kinds)
-               and computes(block.body[p], facts, kinds)]
+    # The region starts at the forward pass: the first statement that computes something, after
+    # the setup (building a model, optimizer, scheduler or criterion) and not a call of a local
+    # helper that only loads data.
+    setup = [p for p in range(index) if _builds_objects(block.body[p], kinds)]
+    after_setup = max(setup, default=-1)
+    compute = [p for p in sliced if p > after_setup and computes(block.body[p], facts, kinds)]
     if not compute:
         return None
     return Region(block, min(compute), max(sliced))
