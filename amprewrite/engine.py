@@ -14,6 +14,7 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options, validate
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.migrate_cuda_amp import migrate_cuda_amp
 from amprewrite.rules.recipe import plan_rewrite
 from amprewrite.rules.revert import revert_to_fp32
 from amprewrite.transform import apply_edits
@@ -43,6 +44,10 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     analysis = analyse(module)
     if options.opt_level == "O0" and analysis.existing_amp is not None:
         return _revert(module, source, analysis, options)
+    if analysis.deprecated:
+        ctx = RuleContext(analysis.facts, options, "")
+        migrate_cuda_amp(ctx, analysis.deprecated)
+        return _apply(module, source, ctx)
     if analysis.existing_amp is not None:
         message = f"file already uses mixed precision (`{analysis.existing_amp}`); left unchanged"
         return RewriteResult(source, [Finding("AMP002", 1, 1, message)])
@@ -72,6 +77,10 @@ def _revert(
         return RewriteResult(source, [Finding("AMP002", 1, 1, message)])
     ctx = RuleContext(analysis.facts, options, "")
     revert_to_fp32(ctx, usage)
+    return _apply(module, source, ctx)
+
+
+def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:
     new_source = apply_edits(module, ctx.plan).bytes
     _check_parses(new_source)
     return RewriteResult(new_source, _locate(module, ctx.notes), new_source != source)

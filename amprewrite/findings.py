@@ -77,6 +77,9 @@ CODES: dict[str, Code] = {
     "AMP170": Code(Severity.CHANGE, "mixed precision removed (O0)",
                    "O0 on a script amprewrite rewrote takes autocast, the scaler and its "
                    "checkpoint entries out again: plain FP32 training."),
+    "AMP401": Code(Severity.CHANGE, "deprecated `torch.cuda.amp` / `torch.cpu.amp` migrated",
+                   "Deprecated since torch 2.4: now `torch.amp` with the device type spelled "
+                   "out; every argument is kept (autocast's positional ones by keyword)."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

@@ -8,6 +8,7 @@ import libcst as cst
 
 from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
+from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import existing_amp
 from amprewrite.analysis.facts import ModuleFacts, collect
@@ -24,6 +25,7 @@ class ModuleAnalysis:
     facts: ModuleFacts
     kinds: KindTable
     existing_amp: str | None  # the AMP API the module already uses, if any
+    deprecated: DeprecatedAmp  # torch.cuda.amp / torch.cpu.amp uses to migrate
     training: TrainingSteps
     training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
     evaluation_regions: SplitRegions
@@ -51,6 +53,7 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         facts=facts,
         kinds=kinds,
         existing_amp=amp,
+        deprecated=deprecated_amp(facts),
         training=training,
         training_regions=split_unsafe_losses(training.regions, facts, kinds),
         evaluation_regions=split_unsafe_losses(evaluation, facts, kinds),

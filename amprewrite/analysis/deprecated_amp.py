@@ -1,0 +1,72 @@
+"""Uses of the AMP namespaces deprecated since torch 2.4: `torch.cuda.amp`, `torch.cpu.amp`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.names import dotted
+
+DEPRECATED = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
+_NAMES = frozenset({"autocast", "GradScaler", "custom_fwd", "custom_bwd"})
+
+
+@dataclass(frozen=True)
+class DeprecatedUse:
+    node: cst.Call | cst.Decorator  # a call, or a decorator used without a call
+    name: str  # autocast, GradScaler, custom_fwd, custom_bwd
+    device: str  # "cuda" or "cpu"
+
+
+@dataclass
+class DeprecatedAmp:
+    uses: list[DeprecatedUse] = field(default_factory=list)
+    imports: list[cst.ImportFrom | cst.Import] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.uses or self.imports)
+
+
+def deprecated_amp(facts: ModuleFacts) -> DeprecatedAmp:
+    found = DeprecatedAmp()
+    if not any(_deprecated(target) for target in facts.imports.aliases.values()) and not any(
+            "torch.cuda.amp" in s or "torch.cpu.amp" in s for s in _attribute_texts(facts)):
+        return found
+    for site in facts.calls:
+        use = _use(site.call, site.call.func, facts)
+        if use is not None:
+            found.uses.append(use)
+    for function in facts.functions:
+        for decorator in function.decorators:
+            if not isinstance(decorator.decorator, cst.Call):
+                use = _use(decorator, decorator.decorator, facts)
+                if use is not None:
+                    found.uses.append(use)
+    for statement in facts.statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if (isinstance(small, cst.ImportFrom) and small.module is not None and _deprecated(
+                        dotted(small.module) or "")) or (isinstance(small, cst.Import) and any(
+                        _deprecated(dotted(a.name) or "") for a in small.names)):
+                    found.imports.append(small)
+    return found
+
+
+def _use(
+    node: cst.Call | cst.Decorator, func: cst.BaseExpression, facts: ModuleFacts
+) -> DeprecatedUse | None:
+    resolved = facts.imports.resolve(func) or ""
+    module, _, name = resolved.rpartition(".")
+    if module in DEPRECATED and name in _NAMES:
+        return DeprecatedUse(node, name, DEPRECATED[module])
+    return None
+
+
+def _deprecated(qualified: str) -> bool:
+    return any(qualified == m or qualified.startswith(m + ".") for m in DEPRECATED)
+
+
+def _attribute_texts(facts: ModuleFacts) -> list[str]:
+    return [dotted(site.call.func) or "" for site in facts.calls]

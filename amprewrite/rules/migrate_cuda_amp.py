@@ -1,0 +1,86 @@
+"""`torch.cuda.amp` / `torch.cpu.amp` (deprecated since torch 2.4) to `torch.amp`, with the
+device type spelled out and every argument kept."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.deprecated_amp import DEPRECATED, DeprecatedAmp, DeprecatedUse
+from amprewrite.analysis.names import dotted
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Replace
+
+# Positional parameters of the deprecated autocast constructors, which `torch.amp.autocast`
+# (device_type, dtype, enabled, cache_enabled) orders differently: pass them by keyword.
+_AUTOCAST_POSITIONALS = ("enabled", "dtype", "cache_enabled")
+
+
+def migrate_cuda_amp(ctx: RuleContext, deprecated: DeprecatedAmp) -> None:
+    for use in deprecated.uses:
+        ctx.plan.replaces.append(Replace(use.node, _migrated(use)))
+        old = f"torch.{use.device}.amp.{use.name}"
+        ctx.notes.append(Note("AMP401", use.node, f"`{old}` is deprecated since torch 2.4: now "
+                              f"`torch.amp.{use.name}` with device type \"{use.device}\""))
+    for statement in deprecated.imports:
+        ctx.plan.replaces.append(Replace(statement, _import_from_torch_amp))
+
+
+def _migrated(use: DeprecatedUse):  # type: ignore[no-untyped-def]
+    device = cst.SimpleString(f'"{use.device}"')
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        if isinstance(node, cst.Decorator):  # bare `@torch.cuda.amp.custom_fwd`
+            func = _to_torch_amp(node.decorator)
+            call = cst.Call(func=func, args=[_keyword("device_type", device)])
+            return node.with_changes(decorator=call)
+        assert isinstance(node, cst.Call)
+        func = _to_torch_amp(node.func)
+        args = list(node.args)
+        if use.name == "autocast":
+            args = [_keyword(_AUTOCAST_POSITIONALS[i], a.value) if a.keyword is None and not a.star
+                    and i < len(_AUTOCAST_POSITIONALS) else a for i, a in enumerate(args)]
+            args = [cst.Arg(device), *_commas(args)]
+        elif use.name == "GradScaler":
+            args = [cst.Arg(device), *_commas(args)]
+        else:  # custom_fwd(cast_inputs=...) / custom_bwd(...)
+            args = [_keyword("device_type", device), *_commas(args)]
+        return node.with_changes(func=func, args=_commas(args))
+
+    return build
+
+
+def _to_torch_amp(func: cst.BaseExpression) -> cst.BaseExpression:
+    """`torch.cuda.amp.autocast` -> `torch.amp.autocast`; an imported name stays as it is
+    (its import is rewritten)."""
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute) and isinstance(
+            func.value.value, cst.Attribute) and func.value.attr.value == "amp":
+        return func.with_changes(value=func.value.with_changes(value=func.value.value.value))
+    return func
+
+
+def _import_from_torch_amp(node: cst.CSTNode) -> cst.CSTNode:
+    if isinstance(node, cst.ImportFrom):
+        return node.with_changes(module=cst.parse_expression("torch.amp"))
+    assert isinstance(node, cst.Import)
+    torch_amp = cst.parse_expression("torch.amp")
+    assert isinstance(torch_amp, cst.Attribute)
+    names = [alias.with_changes(name=torch_amp) if dotted(alias.name) in DEPRECATED else alias
+             for alias in node.names]
+    return node.with_changes(names=names)
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value=value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                         whitespace_after=cst.SimpleWhitespace("")))
+
+
+def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
+    """Comma-separate arguments (`a, b`), keeping a comma the source already had."""
+    out = []
+    for position, arg in enumerate(args):
+        if position < len(args) - 1 and arg.comma is cst.MaybeSentinel.DEFAULT:
+            arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        out.append(arg)
+    return out
