@@ -1,4 +1,4 @@
-"""`amprewrite PATH... [--opt-level O1] [--diff] [--check] [--plain]`."""
+"""`amprewrite PATH... [--opt-level O1] [--diff] [--check] [--plain]`: the command line."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from amprewrite import __version__
 from amprewrite.discovery import discover
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
 from amprewrite.report import (
-    EXIT_USAGE,
+    Verbosity,
     exit_code,
     print_diff,
     report_findings,
+    report_order,
     summary,
 )
 from amprewrite.runner import FileOutcome, Status, process_file, process_source
@@ -23,7 +24,8 @@ STDIN = "-"
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...",
+                type=click.Path(path_type=str))
 @click.option("--opt-level", type=click.Choice(OPT_LEVELS), default="O1", show_default=True,
               help="apex.amp opt level: O0 FP32, O1 autocast, O2 cast model + master "
                    "weights, O3 pure low precision.")
@@ -35,13 +37,14 @@ STDIN = "-"
               help="O2/O3: FP32 master weights stepped by the optimizer (default: on for O2).")
 @click.option("--loss-scale", default=None, metavar="dynamic|FLOAT",
               help="'dynamic', or a static scale (default: dynamic; 1.0 for O0 and O3).")
-@click.option("--plain", is_flag=True, help="Emit torch.amp only: no runtime import.")
+@click.option("--plain", is_flag=True, help="Emit torch.amp only: no runtime import (O0/O1).")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when files were rewritten.")
-@click.option("--stdin-filename", default=STDIN, help="Name shown for `-` in findings.")
-@click.option("-q", "--quiet", is_flag=True, help="Report errors only.")
-@click.option("-v", "--verbose", is_flag=True, help="Report every finding and file.")
+@click.option("--stdin-filename", default=STDIN, metavar="NAME",
+              help="Name shown for `-` in findings and diffs.")
+@click.option("-q", "--quiet", is_flag=True, help="Report errors only; no summary.")
+@click.option("-v", "--verbose", is_flag=True, help="Report every finding and each file.")
 @click.version_option(__version__, "--version", prog_name="amprewrite",
                       message="%(prog)s %(version)s")
 def main(
@@ -63,37 +66,49 @@ def main(
 
     Directories are walked for *.py files; `-` reads standard input and writes the result to
     standard output. Findings go to standard error as `path:line:col: AMPnnn message`.
+
+    Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
+    0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written.
     """
     options = Options(opt_level, dtype, plain, keep_batchnorm_fp32, master_weights, loss_scale)
-    problem = validate(options)
-    missing = [p for p in paths if p != STDIN and not Path(p).exists()]
-    if problem is None and missing:
-        problem = f"no such file or directory: {', '.join(missing)}"
-    if problem is not None:
-        click.echo(f"Error: {problem}", err=True)
-        sys.exit(EXIT_USAGE)
-    verbosity = -1 if quiet else (1 if verbose else 0)
+    _refuse_bad_usage(paths, options, quiet and verbose)
+    verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
     write = not (check or show_diff)
     outcomes: list[FileOutcome] = []
     for path in paths:
         if path == STDIN:
             outcomes.append(_stdin(stdin_filename, options, write))
         else:
-            for file, explicit in discover([Path(path)]):
-                outcomes.append(process_file(file, options, write, explicit))
-    for outcome in outcomes:
-        report_findings(outcome, verbosity)
+            outcomes.extend(process_file(target.path, options, write, target.explicit)
+                            for target in discover([Path(path)]))
+    for outcome in report_order(outcomes):
+        report_findings(outcome, verbosity, would=not write)
         if show_diff and outcome.status is Status.CHANGED:
             print_diff(outcome)
-    if verbosity >= 0:
+    if verbosity is not Verbosity.QUIET:
         click.echo(summary(outcomes, would=not write), err=True)
     sys.exit(exit_code(outcomes, exit_zero))
 
 
+def _refuse_bad_usage(paths: tuple[str, ...], options: Options, quiet_and_verbose: bool) -> None:
+    """Exit 2 (click's usage error) on an impossible combination or a missing path."""
+    problem = validate(options)
+    if problem is not None:
+        raise click.UsageError(problem)
+    if quiet_and_verbose:
+        raise click.UsageError("-q/--quiet and -v/--verbose cannot be combined")
+    if paths.count(STDIN) > 1:
+        raise click.UsageError("`-` (standard input) can be given only once")
+    missing = [path for path in paths if path != STDIN and not Path(path).exists()]
+    if missing:
+        raise click.UsageError(f"no such file or directory: {', '.join(missing)}")
+
+
 def _stdin(name: str, options: Options, write: bool) -> FileOutcome:
+    """Standard input to standard output: the whole source, changed or not (like black)."""
     source = sys.stdin.buffer.read()
     outcome = process_source(name, source, options, explicit=True)
     if write:
-        sys.stdout.buffer.write(outcome.after if outcome.after else source)
+        sys.stdout.buffer.write(outcome.after)
         sys.stdout.buffer.flush()
     return outcome

@@ -4,38 +4,55 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
+# Never descended into when walking a directory (hidden directories are skipped as well, and so
+# is any directory holding a `pyvenv.cfg`, i.e. a virtual environment under any name).
 SKIPPED_DIRECTORIES = frozenset({
-    "__pycache__", ".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "env",
-    "build", "dist", "node_modules", "site-packages", ".mypy_cache", ".ruff_cache",
-    ".pytest_cache", ".eggs",
+    "__pycache__", "__pypackages__", "site-packages", "node_modules",
+    "venv", ".venv", ".tox", ".nox", ".git", ".hg", ".svn", "build", "dist", "_build",
+    "buck-out", ".eggs", ".mypy_cache", ".ruff_cache", ".pytest_cache",
 })
 
 
-def discover(paths: list[Path]) -> list[tuple[Path, bool]]:
-    """Files to process, each with whether the user named it explicitly.
+class Target(NamedTuple):
+    path: Path
+    explicit: bool  # named on the command line, not found by walking a directory
 
-    A named file is processed whatever its suffix; a directory contributes its `*.py` files,
-    skipping hidden directories and the usual environment and build folders.
+
+def discover(paths: list[Path]) -> list[Target]:
+    """Files to process, in a deterministic order, each once.
+
+    A path named explicitly is processed whatever its suffix; a directory contributes its
+    `*.py` files in sorted order. A file reached twice keeps its first position and counts as
+    explicit if it was ever named explicitly.
     """
-    found: list[tuple[Path, bool]] = []
-    seen: set[Path] = set()
+    found: dict[Path, Target] = {}
     for path in paths:
-        candidates = _walk(path) if path.is_dir() else [path]
-        for candidate in candidates:
+        walked = path.is_dir()
+        for candidate in _walk(path) if walked else [path]:
             key = candidate.resolve()
-            if key not in seen:
-                seen.add(key)
-                found.append((candidate, not path.is_dir()))
-    return found
+            if key not in found:
+                found[key] = Target(candidate, not walked)
+            elif not walked:
+                found[key] = found[key]._replace(explicit=True)
+    return list(found.values())
+
+
+def skipped(directory: Path) -> bool:
+    """Whether walking leaves `directory` out."""
+    name = directory.name
+    return (
+        name.startswith(".")
+        or name in SKIPPED_DIRECTORIES
+        or name.endswith(".egg-info")
+        or (directory / "pyvenv.cfg").is_file()
+    )
 
 
 def _walk(directory: Path) -> list[Path]:
     files: list[Path] = []
-    for root, dirnames, filenames in os.walk(directory):
-        dirnames[:] = sorted(
-            d for d in dirnames if not d.startswith(".") and d not in SKIPPED_DIRECTORIES
-            and not d.endswith(".egg-info")
-        )
+    for root, dirnames, filenames in os.walk(directory):  # symlinked directories not followed
+        dirnames[:] = sorted(d for d in dirnames if not skipped(Path(root) / d))
         files.extend(Path(root) / name for name in filenames if name.endswith(".py"))
     return sorted(files)

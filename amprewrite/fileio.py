@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -10,27 +11,44 @@ from pathlib import Path
 
 import libcst as cst
 
+TEMPORARY_SUFFIX = ".amprewrite"
+
 
 class WriteRefused(Exception):
-    """The new source does not parse: nothing was written."""
+    """The file was not written, on purpose (its new source does not parse, or it changed)."""
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: temporary file beside it, fsync, keep the mode, rename.
+def read_source(path: Path) -> bytes:
+    """The bytes of `path` (a symbolic link is followed); the engine decodes them."""
+    if path.exists() and not path.is_file():  # a FIFO or a device could block or never end
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return path.read_bytes()
 
-    A symbolic link is written through (the link stays, its target changes). Either the old
-    or the new content is visible at every moment, also when the process is killed.
+
+def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> None:
+    """Replace the content of `path` with `data`, or raise and leave it as it was.
+
+    `data` must parse (`WriteRefused` otherwise). When `expected` is given and the file no
+    longer holds it, someone else changed it meanwhile: `WriteRefused`. The data goes to a
+    temporary file beside the target, is fsynced and given the target's mode, then renamed
+    over it, so either the old or the new content is visible at every moment. A symbolic link
+    is written through: the link stays, its target changes. A read-only file raises
+    `PermissionError`, also for root.
     """
     try:
         cst.parse_module(data)
-    except cst.ParserSyntaxError as exc:
-        raise WriteRefused(f"the rewritten source does not parse: {exc.message}") from exc
+    except Exception as exc:  # ParserSyntaxError, or a decoding problem the engine introduced
+        detail = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        raise WriteRefused(f"the rewritten source does not parse ({detail})") from exc
     target = path.resolve()
     mode = stat.S_IMODE(target.stat().st_mode)
-    if not mode & 0o222 or not os.access(target, os.W_OK):  # read-only even for root
-        raise PermissionError(f"permission denied (read-only file): {path}")
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
-                                         suffix=".amprewrite")
+    if not mode & 0o222 or not os.access(target, os.W_OK):
+        raise PermissionError(errno.EACCES, "permission denied (read-only file)", str(path))
+    if expected is not None and target.read_bytes() != expected:
+        raise WriteRefused("the file changed on disk while amprewrite was rewriting it")
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX
+    )
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
@@ -39,6 +57,17 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.chmod(temporary, mode)
         os.replace(temporary, target)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    _fsync_directory(target.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (best effort: not every platform allows it)."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)

@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import difflib
+import enum
+import io
+import tokenize
 from collections.abc import Iterable
+from pathlib import PurePath
 
 import click
 
-from amprewrite.findings import Severity
+from amprewrite.findings import Finding, Severity
 from amprewrite.runner import FileOutcome, Status
 
 EXIT_NOTHING_TO_CHANGE = 0
 EXIT_CHANGED = 1
-EXIT_USAGE = 2
+EXIT_USAGE = 2  # raised through click.UsageError, which exits with it
 EXIT_FAILED = 123
 
 
+class Verbosity(enum.IntEnum):
+    QUIET = -1  # errors only, no summary
+    NORMAL = 0
+    VERBOSE = 1  # every finding, and each file's status
+
+
 def exit_code(outcomes: Iterable[FileOutcome], exit_zero: bool) -> int:
-    """123 when any file failed, else 1 when any changed (unless `exit_zero`), else 0."""
+    """123 when any file failed, else 1 when any changed (0 with `exit_zero`), else 0."""
     statuses = {outcome.status for outcome in outcomes}
     if Status.FAILED in statuses:
         return EXIT_FAILED
@@ -26,55 +36,72 @@ def exit_code(outcomes: Iterable[FileOutcome], exit_zero: bool) -> int:
     return EXIT_NOTHING_TO_CHANGE
 
 
-def report_findings(outcome: FileOutcome, verbosity: int) -> None:
-    """verbosity -1 (quiet): errors only; 0: changes, skips and errors, plus notes for files
-    named on the command line; 1 (verbose): everything, and the file's status."""
+def report_order(outcomes: Iterable[FileOutcome]) -> list[FileOutcome]:
+    """Outcomes sorted by path (component-wise, as directories are walked)."""
+    return sorted(outcomes, key=lambda outcome: PurePath(outcome.path).parts)
+
+
+def visible(finding: Finding, explicit: bool, verbosity: Verbosity) -> bool:
+    """Errors always; changes and skips unless quiet; notes when verbose, or by default for
+    files named on the command line (not for files found by walking a directory)."""
+    severity = finding.severity
+    if severity is Severity.ERROR or verbosity is Verbosity.VERBOSE:
+        return True
+    if verbosity is Verbosity.QUIET:
+        return False
+    return severity is not Severity.NOTE or explicit
+
+
+def report_findings(outcome: FileOutcome, verbosity: Verbosity, would: bool) -> None:
+    """The file's visible findings by line, then (verbose) its status, on stderr."""
     for finding in sorted(outcome.findings, key=lambda f: (f.line, f.col, f.code)):
-        severity = finding.severity
-        shown = (
-            severity is Severity.ERROR
-            or (verbosity >= 0 and severity is not Severity.NOTE)
-            or (severity is Severity.NOTE and (verbosity >= 1 or outcome.explicit))
-        )
-        if verbosity >= 0 and severity is Severity.NOTE and not outcome.explicit:
-            shown = verbosity >= 1
-        if shown:
+        if visible(finding, outcome.explicit, verbosity):
             click.echo(finding.format(outcome.path), err=True)
-    if verbosity >= 1:
-        click.echo(f"{outcome.path}: {outcome.status.value}", err=True)
+    if verbosity is Verbosity.VERBOSE:
+        click.echo(f"{outcome.path}: {status_text(outcome.status, would)}", err=True)
+
+
+def status_text(status: Status, would: bool) -> str:
+    return {
+        Status.CHANGED: "would be rewritten" if would else "rewritten",
+        Status.UNCHANGED: "would be left unchanged" if would else "left unchanged",
+        Status.FAILED: "failed",
+    }[status]
 
 
 def print_diff(outcome: FileOutcome) -> None:
-    before = outcome.before.decode("utf-8", "replace").splitlines(keepends=True)
-    after = outcome.after.decode("utf-8", "replace").splitlines(keepends=True)
+    """A unified diff of the outcome on stdout; coloured only when stdout is a terminal."""
+    before, after = _lines(outcome.before), _lines(outcome.after)
     for line in difflib.unified_diff(before, after, outcome.path, outcome.path):
-        if not line.endswith("\n"):
+        if not line.endswith(("\n", "\r")):
             line += "\n\\ No newline at end of file\n"
         if line.startswith(("+++", "---")):
-            click.echo(click.style(line, bold=True), nl=False)
+            line = click.style(line, bold=True)
         elif line.startswith("@@"):
-            click.echo(click.style(line, fg="cyan"), nl=False)
+            line = click.style(line, fg="cyan")
         elif line.startswith("+"):
-            click.echo(click.style(line, fg="green"), nl=False)
+            line = click.style(line, fg="green")
         elif line.startswith("-"):
-            click.echo(click.style(line, fg="red"), nl=False)
-        else:
-            click.echo(line, nl=False)
+            line = click.style(line, fg="red")
+        click.echo(line, nl=False)
+
+
+def _lines(source: bytes) -> list[str]:
+    """Decoded as Python would (PEP 263 declaration, BOM), split on newlines only."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        text = source.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeError):
+        text = source.decode("utf-8", "replace")
+    return io.StringIO(text, newline="").readlines()  # keeps \r\n; no split on \f or \x1c
 
 
 def summary(outcomes: list[FileOutcome], would: bool) -> str:
-    counts = {status: sum(o.status is status for o in outcomes) for status in Status}
+    """Black-style: `2 files rewritten, 3 files left unchanged, 1 file failed`."""
     parts = []
-    if counts[Status.CHANGED]:
-        verb = "would be rewritten" if would else "rewritten"
-        parts.append(f"{_files(counts[Status.CHANGED])} {verb}")
-    if counts[Status.UNCHANGED]:
-        verb = "would be left unchanged" if would else "left unchanged"
-        parts.append(f"{_files(counts[Status.UNCHANGED])} {verb}")
-    if counts[Status.FAILED]:
-        parts.append(f"{_files(counts[Status.FAILED])} failed")
-    return ", ".join(parts) if parts else "no Python files found"
-
-
-def _files(count: int) -> str:
-    return f"{count} file" if count == 1 else f"{count} files"
+    for status in (Status.CHANGED, Status.UNCHANGED, Status.FAILED):
+        count = sum(outcome.status is status for outcome in outcomes)
+        if count:
+            files = "1 file" if count == 1 else f"{count} files"
+            parts.append(f"{files} {status_text(status, would)}")
+    return ", ".join(parts) if parts else "no Python files found; nothing to do"

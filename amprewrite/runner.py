@@ -1,4 +1,8 @@
-"""Process one file: read, rewrite, and (unless only checking) write the result."""
+"""Process one file: read, rewrite, and (unless only checking) write the result.
+
+Nothing here raises for a bad file: every failure becomes an AMP003/AMP004 finding on that
+file's outcome, so the other files are still processed.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,18 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amprewrite.engine import RewriteError, rewrite_source
-from amprewrite.fileio import WriteRefused, write_atomically
+from amprewrite import engine
+from amprewrite.engine import RewriteError
+from amprewrite.fileio import WriteRefused, read_source, write_atomically
 from amprewrite.findings import Finding
 from amprewrite.options import Options
+
+LEFT_ALONE = "file left unchanged"
 
 
 class Status(enum.Enum):
     UNCHANGED = "unchanged"
-    CHANGED = "changed"
+    CHANGED = "changed"  # rewritten, or would be under --check/--diff
     FAILED = "failed"
 
 
@@ -29,38 +36,75 @@ class FileOutcome:
 
 
 def process_source(path: str, source: bytes, options: Options, explicit: bool) -> FileOutcome:
-    """Rewrite `source` in memory; never raises for a bad file."""
+    """Rewrite `source` in memory (`after` is `source` itself unless it changed)."""
     try:
-        result = rewrite_source(source, options)
-    except RewriteError as exc:
-        return FileOutcome(path, Status.FAILED, [exc.finding], source, source, explicit)
-    except RecursionError:
-        finding = Finding("AMP004", 1, 1, "source too deeply nested to rewrite; left unchanged")
-        return FileOutcome(path, Status.FAILED, [finding], source, source, explicit)
-    except Exception as exc:  # a bug in a rule must not lose the other files
-        finding = Finding("AMP004", 1, 1, f"internal error ({type(exc).__name__}: {exc}); "
-                          "file left unchanged, please report it")
-        return FileOutcome(path, Status.FAILED, [finding], source, source, explicit)
-    status = Status.CHANGED if result.changed else Status.UNCHANGED
-    return FileOutcome(path, status, result.findings, source, result.source, explicit)
+        result = engine.rewrite_source(source, options)
+    except Exception as exc:
+        return _failed(path, explicit, _rewrite_failure(exc), source)
+    changed = result.changed and result.source != source
+    status = Status.CHANGED if changed else Status.UNCHANGED
+    return FileOutcome(path, status, list(result.findings), source,
+                       result.source if changed else source, explicit)
 
 
 def process_file(path: Path, options: Options, write: bool, explicit: bool) -> FileOutcome:
     """Read `path`, rewrite it, and write it back in place when `write` and it changed."""
     shown = str(path)
     try:
-        source = path.read_bytes()
+        source = read_source(path)
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        return FileOutcome(shown, Status.FAILED,
-                           [Finding("AMP004", 1, 1, f"cannot read: {reason}")], explicit=explicit)
+        return _failed(shown, explicit, Finding("AMP004", 1, 1, f"cannot read: {_reason(exc)}"))
+    except Exception as exc:
+        return _failed(shown, explicit, _internal(exc))
     outcome = process_source(shown, source, options, explicit)
     if write and outcome.status is Status.CHANGED:
         try:
-            write_atomically(path, outcome.after)
-        except (OSError, WriteRefused) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc)
+            write_atomically(path, outcome.after, expected=source)
+        except Exception as exc:
             outcome.status = Status.FAILED
-            outcome.findings.append(Finding("AMP004", 1, 1, f"cannot write: {reason}; "
-                                            "file left unchanged"))
+            outcome.after = source
+            outcome.findings.append(_write_failure(exc))
     return outcome
+
+
+def _failed(path: str, explicit: bool, finding: Finding, source: bytes = b"") -> FileOutcome:
+    return FileOutcome(path, Status.FAILED, [finding], source, source, explicit)
+
+
+def _rewrite_failure(exc: Exception) -> Finding:
+    if isinstance(exc, RewriteError):
+        return exc.finding
+    if isinstance(exc, UnicodeError) or type(exc) is LookupError:  # LookupError: no codec
+        return Finding("AMP004", 1, 1, f"cannot decode ({type(exc).__name__}: {exc}); "
+                       f"{LEFT_ALONE}")
+    if isinstance(exc, SyntaxError):  # the engine should have turned it into AMP003/AMP004
+        return Finding("AMP003", exc.lineno or 1, exc.offset or 1,
+                       f"cannot parse ({type(exc).__name__}: {exc.msg}); {LEFT_ALONE}")
+    if isinstance(exc, RecursionError):
+        return Finding("AMP004", 1, 1, f"source too deeply nested to rewrite; {LEFT_ALONE}")
+    if isinstance(exc, OSError):
+        return Finding("AMP004", 1, 1, f"cannot read: {_reason(exc)}")
+    return _internal(exc)
+
+
+def _write_failure(exc: Exception) -> Finding:
+    if isinstance(exc, WriteRefused):
+        if "does not parse" in str(exc):
+            return Finding("AMP004", 1, 1, f"internal error: {exc}; {LEFT_ALONE}, "
+                           "please report it")
+        return Finding("AMP004", 1, 1, f"not written: {exc}; {LEFT_ALONE}")
+    if isinstance(exc, OSError):
+        return Finding("AMP004", 1, 1, f"cannot write: {_reason(exc)}; {LEFT_ALONE}")
+    return _internal(exc)
+
+
+def _internal(exc: Exception) -> Finding:
+    """A bug (in a rule or here) must cost one file, never the run."""
+    return Finding("AMP004", 1, 1, f"internal error ({type(exc).__name__}: {exc}); "
+                   f"{LEFT_ALONE}, please report it")
+
+
+def _reason(exc: OSError) -> str:
+    """`Permission denied` -> `permission denied`; the user sees the path already."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return reason[:1].lower() + reason[1:]

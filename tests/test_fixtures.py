@@ -75,4 +75,4 @@ def test_o0_turns_a_rewrite_back_into_its_fp32_original(case: Case) -> None:
         assert reverted.decode() == case.input.read_text()
     else:
         assert kept in reverted
-        assert b"scaler" not in reverted and b"autocast" not in reverted
+        assert b"GradScaler" not in reverted and b"with autocast" not in reverted
