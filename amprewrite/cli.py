@@ -74,13 +74,10 @@ def main(
     _refuse_bad_usage(paths, options, quiet and verbose)
     verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
     write = not (check or show_diff)
-    outcomes: list[FileOutcome] = []
-    for path in paths:
-        if path == STDIN:
-            outcomes.append(_stdin(stdin_filename, options, write))
-        else:
-            outcomes.extend(process_file(target.path, options, write, target.explicit)
-                            for target in discover([Path(path)]))
+    outcomes = [_stdin(stdin_filename, options, write)] if STDIN in paths else []
+    targets = discover([Path(path) for path in paths if path != STDIN])
+    outcomes.extend(process_file(target.path, options, write, target.explicit)
+                    for target in targets)
     for outcome in report_order(outcomes):
         report_findings(outcome, verbosity, would=not write)
         if show_diff and outcome.status is Status.CHANGED:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -14,6 +16,7 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options, validate
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.migrate_apex import remove_apex
 from amprewrite.rules.migrate_cuda_amp import migrate_cuda_amp
 from amprewrite.rules.recipe import plan_rewrite
 from amprewrite.rules.revert import revert_to_fp32
@@ -42,6 +45,8 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
         raise ValueError(problem)
     module = _parse(source)
     analysis = analyse(module)
+    if analysis.apex:
+        return _migrate_apex(module, source, analysis, options)
     if options.opt_level == "O0" and analysis.existing_amp is not None:
         return _revert(module, source, analysis, options)
     if analysis.deprecated:
@@ -78,6 +83,40 @@ def _revert(
     ctx = RuleContext(analysis.facts, options, "")
     revert_to_fp32(ctx, usage)
     return _apply(module, source, ctx)
+
+
+def _migrate_apex(
+    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
+) -> RewriteResult:
+    """Take apex.amp out (plain FP32), then rewrite that at the script's own opt level."""
+    ctx = RuleContext(analysis.facts, options, "")
+    native_options = remove_apex(ctx, analysis.apex)
+    fp32 = _apply(module, source, ctx)
+    if options.opt_level == "O0":
+        return fp32
+    native = rewrite_source(fp32.source, native_options)
+    to_original = _line_map(fp32.source, source)
+    findings = fp32.findings + [
+        Finding(f.code, to_original(f.line), f.col, f.message)
+        for f in native.findings if f.code != "AMP001"
+    ]
+    findings.sort(key=lambda f: (f.line, f.col, f.code))
+    return RewriteResult(native.source, findings, native.source != source)
+
+
+def _line_map(new: bytes, old: bytes) -> Callable[[int], int]:
+    """Map a 1-based line of `new` to the line of `old` it comes from (or sits at)."""
+    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+    blocks = matcher.get_opcodes()
+
+    def to_old(line: int) -> int:
+        index = line - 1
+        for tag, i1, _i2, j1, j2 in blocks:
+            if j1 <= index < j2:
+                return (i1 + index - j1 if tag == "equal" else i1) + 1
+        return line
+
+    return to_old
 
 
 def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:

@@ -80,6 +80,18 @@ CODES: dict[str, Code] = {
     "AMP401": Code(Severity.CHANGE, "deprecated `torch.cuda.amp` / `torch.cpu.amp` migrated",
                    "Deprecated since torch 2.4: now `torch.amp` with the device type spelled "
                    "out; every argument is kept (autocast's positional ones by keyword)."),
+    "AMP402": Code(Severity.SKIP, "apex.amp feature without a native equivalent",
+                   "apex.amp is gone (removed from apex in 2025): remove the call; `num_losses` "
+                   "is dropped because one native scaler serves every loss."),
+    "AMP410": Code(Severity.CHANGE, "apex `amp.initialize` migrated",
+                   "A native `GradScaler` keeps the opt level and properties; "
+                   "`scaler.initialize(model, optimizer)` casts the model at O2/O3."),
+    "AMP411": Code(Severity.CHANGE, "apex `amp.scale_loss` migrated",
+                   "`with amp.scale_loss(loss, optimizer) as s: s.backward()` is now "
+                   "`scaler.scale(loss).backward()`."),
+    "AMP412": Code(Severity.CHANGE, "apex checkpoint state migrated",
+                   "`amp.state_dict()` entries are replaced by the scaler's state, saved next to "
+                   "the optimizer's; `amp.load_state_dict` by the scaler's restore."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

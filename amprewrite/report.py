@@ -8,6 +8,7 @@ import io
 import tokenize
 from collections.abc import Iterable
 from pathlib import PurePath
+from typing import Any
 
 import click
 
@@ -72,18 +73,17 @@ def status_text(status: Status, would: bool) -> str:
 def print_diff(outcome: FileOutcome) -> None:
     """A unified diff of the outcome on stdout; coloured only when stdout is a terminal."""
     before, after = _lines(outcome.before), _lines(outcome.after)
-    for line in difflib.unified_diff(before, after, outcome.path, outcome.path):
-        if not line.endswith(("\n", "\r")):
-            line += "\n\\ No newline at end of file\n"
-        if line.startswith(("+++", "---")):
-            line = click.style(line, bold=True)
-        elif line.startswith("@@"):
-            line = click.style(line, fg="cyan")
-        elif line.startswith("+"):
-            line = click.style(line, fg="green")
-        elif line.startswith("-"):
-            line = click.style(line, fg="red")
-        click.echo(line, nl=False)
+    diff = difflib.unified_diff(before, after, outcome.path, outcome.path)
+    for index, line in enumerate(diff):
+        body = line.rstrip("\r\n")
+        ending = line[len(body):] or "\n\\ No newline at end of file\n"
+        style: dict[str, Any] = {"bold": True} if index < 2 else _DIFF_STYLES.get(body[:1], {})
+        shown = click.style(body, **style) if style else body  # colour stops at the newline
+        click.echo(shown + ending, nl=False)
+
+
+_DIFF_STYLES: dict[str, dict[str, Any]] = {"+": {"fg": "green"}, "-": {"fg": "red"},
+                                           "@": {"fg": "cyan"}}
 
 
 def _lines(source: bytes) -> list[str]:

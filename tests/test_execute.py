@@ -120,3 +120,20 @@ def test_o2_script_runs_at_o1_through_the_environment() -> None:
     o1 = run_script(directory / "expected_O2.py", env={"AMPREWRITE_OPT_LEVEL": "O1"})
     assert o1.ok, o1.explain()
     assert BFLOAT16 in o1.train_dtypes and o1.autocast_forwards > 0
+
+
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_migrated_apex_script_runs_without_apex(level: str, tmp_path) -> None:
+    """apex is gone: the migrated script trains at the level it asks for, saves the scaler in
+    its checkpoint and resumes from it; FP32 (O0 by environment) is the baseline."""
+    script = FIXTURES_DIR / "migrate_apex_amp" / "expected_O1.py"
+    checkpoint = tmp_path / "ckpt.pt"
+    fp32 = run_script(script, ["--opt-level", level], env={"AMPREWRITE_OPT_LEVEL": "O0"})
+    amp = run_script(script, ["--opt-level", level, "--checkpoint", str(checkpoint)])
+    assert fp32.ok and amp.ok, amp.explain()
+    assert set(fp32.train_dtypes) == {FLOAT32}
+    assert BFLOAT16 in amp.train_dtypes
+    assert amp.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.1)
+    resumed = run_script(script, ["--opt-level", level, "--resume", str(checkpoint)])
+    assert resumed.ok, resumed.explain()
+    assert resumed.losses[0] < amp.losses[0]  # it starts from the trained weights

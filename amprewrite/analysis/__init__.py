@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amprewrite.analysis.apex_amp import ApexAmp, apex_amp
 from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
@@ -26,6 +27,7 @@ class ModuleAnalysis:
     kinds: KindTable
     existing_amp: str | None  # the AMP API the module already uses, if any
     deprecated: DeprecatedAmp  # torch.cuda.amp / torch.cpu.amp uses to migrate
+    apex: ApexAmp  # apex.amp uses to migrate
     training: TrainingSteps
     training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
     evaluation_regions: SplitRegions
@@ -54,6 +56,7 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         kinds=kinds,
         existing_amp=amp,
         deprecated=deprecated_amp(facts),
+        apex=apex_amp(facts),
         training=training,
         training_regions=split_unsafe_losses(training.regions, facts, kinds),
         evaluation_regions=split_unsafe_losses(evaluation, facts, kinds),

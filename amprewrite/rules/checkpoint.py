@@ -6,6 +6,7 @@ import libcst as cst
 
 from amprewrite.analysis.checkpoints import Checkpoints, SavedState
 from amprewrite.analysis.training_step import Note
+from amprewrite.rules.containers import insert_after
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert, Replace
 
@@ -38,31 +39,10 @@ def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
         quote = _quote_of(anchor.key)
         new: cst.DictElement | cst.Arg = anchor.with_changes(
             key=cst.SimpleString(f"{quote}{key}{quote}"), value=value)
-        attribute = "elements"
     else:
         assert isinstance(anchor, cst.Arg)
         new = anchor.with_changes(keyword=cst.Name(key), value=value)
-        attribute = "args"
-    position = list(getattr(container, attribute)).index(anchor)
-
-    def build(node: cst.CSTNode) -> cst.CSTNode:
-        items = list(getattr(node, attribute))
-        return node.with_changes(**{attribute: _insert_after(items, position, new)})
-
-    ctx.plan.replaces.append(Replace(container, build))
-
-
-def _insert_after(items: list, position: int, new: cst.CSTNode) -> list:
-    """Insert `new` after `items[position]`, keeping the separator and trailing-comma style."""
-    anchor = items[position]
-    if position + 1 < len(items):
-        new = new.with_changes(comma=anchor.comma)
-    else:
-        separator = items[position - 1].comma if position > 0 else cst.Comma(
-            whitespace_after=cst.SimpleWhitespace(" "))
-        new = new.with_changes(comma=anchor.comma)
-        items[position] = anchor.with_changes(comma=separator)
-    return [*items[: position + 1], new, *items[position + 1 :]]
+    ctx.plan.replaces.append(Replace(container, insert_after(container, anchor, new)))
 
 
 def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:

@@ -54,10 +54,10 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         uses = [*training.backwards, *training.steps, *(b.binding for b in builds),
                 *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
         optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
-        home = find_scaler_home(facts, uses, optimizers, facts.header_imports_end)
+        home = find_scaler_home(facts, uses, optimizers, _global_index(analysis, options))
         ctx.scaler_expr = home.expression
-        code = create_scaler(ctx, home, style.scaler)
-        if home.scope == "global":
+        code = create_scaler(ctx, home, style.scaler, facts.header_imports_end)
+        if code is not None:
             style.definitions.append(code)
         initialize_models(ctx, builds, analysis.kinds, home)
         scale_backwards(ctx, training.backwards)
@@ -75,3 +75,17 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     # The header goes first among the inserts at its index (before any statement it precedes).
     ctx.plan.inserts.insert(0, Insert(facts.module, facts.header_imports_end, header))
     return ctx
+
+
+def _global_index(analysis: ModuleAnalysis, options: Options) -> int:
+    """Where a module-global scaler goes: after the imports, unless its arguments come from
+    the script (`GradScaler(args.opt_level)` after an apex migration): then right after the
+    module-level optimizer build, where those names exist."""
+    facts = analysis.facts
+    if options.scaler_arguments:
+        module_level = [facts.position(b.binding.statement)[1] for b in analysis.optimizer_builds
+                        if b.binding.function is None
+                        and facts.statements[b.binding.statement].parent is None]
+        if module_level:
+            return max(module_level) + 1
+    return facts.header_imports_end

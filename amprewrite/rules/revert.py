@@ -10,6 +10,7 @@ import libcst as cst
 
 from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.training_step import Note
+from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Replace
 
@@ -24,7 +25,7 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
     for call in usage.calls:
         ctx.plan.replaces.append(Replace(call, _plain_call))
     for container, entry in usage.entries:
-        ctx.plan.replaces.append(Replace(container, _without(entry, container)))
+        ctx.plan.replaces.append(Replace(container, without(container, entry)))
     for decorator in usage.decorators:
         ctx.plan.replaces.append(Replace(decorator, lambda _: cst.RemoveFromParent()))
     for call_id, model in usage.master_params.items():
@@ -53,20 +54,6 @@ def _plain_call(node: cst.CSTNode) -> cst.CSTNode:
     if not isinstance(loss, _ATOMIC):
         loss = loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return node.with_changes(func=node.func.with_changes(value=loss))
-
-
-def _without(entry: cst.CSTNode, container: cst.Dict | cst.Call):  # type: ignore[no-untyped-def]
-    attribute = "elements" if isinstance(container, cst.Dict) else "args"
-    position = list(getattr(container, attribute)).index(entry)
-
-    def build(node: cst.CSTNode) -> cst.CSTNode:
-        items = list(getattr(node, attribute))
-        removed = items.pop(position)
-        if position == len(items) and position > 0:  # it was last: the previous one is now
-            items[-1] = items[-1].with_changes(comma=removed.comma)
-        return node.with_changes(**{attribute: items})
-
-    return build
 
 
 def _call_by_id(ctx: RuleContext, call_id: int) -> cst.Call:

@@ -14,13 +14,17 @@ _WHERE = {
 }
 
 
-def create_scaler(ctx: RuleContext, home: ScalerHome, constructor: str) -> str:
-    """Plan `scaler = GradScaler(...)`; a global one is returned for the module header."""
+def create_scaler(
+    ctx: RuleContext, home: ScalerHome, constructor: str, header_index: int
+) -> str | None:
+    """Plan `scaler = GradScaler(...)`; one that belongs to the module header (a global right
+    after the imports) is returned for the header instead."""
     code = f"{home.expression} = {constructor}"
     body = home.block.body
     anchor = body[min(home.index, len(body)) - 1] if home.index > 0 else body[0]
     ctx.notes.append(Note("AMP100", anchor,
                           f"grad scaler `{home.expression}` created {_WHERE[home.scope]}"))
-    if home.scope != "global":
-        ctx.plan.inserts.append(Insert(home.block, home.index, [ctx.parse_statement(code)]))
-    return code
+    if home.scope == "global" and home.index == header_index:
+        return code
+    ctx.plan.inserts.append(Insert(home.block, home.index, [ctx.parse_statement(code)]))
+    return None

@@ -52,6 +52,8 @@ def runtime_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
 
 
 def _scaler_arguments(options: Options, needs: Needs) -> list[str]:
+    if options.scaler_arguments is not None:
+        return [*options.scaler_arguments, *(["sharded=True"] if needs.sharded else [])]
     arguments = [] if options.opt_level == "O1" else [f'"{options.opt_level}"']
     if options.dtype:
         arguments.append(f'dtype="{options.dtype}"')

@@ -22,18 +22,25 @@ LEVELS = {
 }
 
 
+def _flag(value: bool | str) -> bool:
+    """apex scripts often pass properties straight from argparse, as "True"/"False" strings."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value)
+
+
 def properties_for(
     level: str,
-    keep_batchnorm_fp32: bool | None = None,
-    master_weights: bool | None = None,
+    keep_batchnorm_fp32: bool | str | None = None,
+    master_weights: bool | str | None = None,
     loss_scale: str | float | None = None,
 ) -> Properties:
     """The level's defaults with the script's overrides (None keeps the default)."""
     chosen = LEVELS[level]
     if keep_batchnorm_fp32 is not None:
-        chosen = replace(chosen, keep_batchnorm_fp32=keep_batchnorm_fp32)
+        chosen = replace(chosen, keep_batchnorm_fp32=_flag(keep_batchnorm_fp32))
     if master_weights is not None:
-        chosen = replace(chosen, master_weights=master_weights)
+        chosen = replace(chosen, master_weights=_flag(master_weights))
     if loss_scale is not None:
         scale = loss_scale if loss_scale == "dynamic" else float(loss_scale)
         chosen = replace(chosen, loss_scale=scale)

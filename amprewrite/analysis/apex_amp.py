@@ -1,0 +1,98 @@
+"""apex.amp usage (removed from apex in 2025): what the migration to native AMP must undo."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts, Statement
+from amprewrite.analysis.names import dotted
+
+
+@dataclass
+class ApexAmp:
+    imports: list[Statement] = field(default_factory=list)  # `from apex import amp`
+    initialize: list[tuple[Statement, cst.Call]] = field(default_factory=list)
+    scale_loss: list[cst.With] = field(default_factory=list)  # `with amp.scale_loss(...) as s:`
+    master_params: list[cst.Call] = field(default_factory=list)
+    state_entries: list[tuple[cst.Dict, cst.DictElement]] = field(default_factory=list)
+    state_statements: list[Statement] = field(default_factory=list)  # amp.load_state_dict(...)
+    unsupported: list[cst.Call] = field(default_factory=list)  # amp.* with no native equivalent
+    models: dict[str, str] = field(default_factory=dict)  # optimizer -> model code
+
+    def __bool__(self) -> bool:
+        return bool(self.imports or self.initialize or self.scale_loss)
+
+
+def apex_amp(facts: ModuleFacts) -> ApexAmp:
+    found = ApexAmp()
+    targets = facts.imports.aliases.values()
+    if not any(t == "apex.amp" or t.startswith("apex.amp.") for t in targets):
+        return found
+    for statement in facts.statements:
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+                isinstance(s, cst.ImportFrom | cst.Import) and _imports_apex_amp(s)
+                for s in statement.body):
+            found.imports.append(statement)
+        elif isinstance(statement, cst.With) and len(statement.items) == 1:
+            item = statement.items[0].item
+            if isinstance(item, cst.Call) and _amp_function(item, facts) == "scale_loss":
+                found.scale_loss.append(statement)
+    for site in facts.calls:
+        name = _amp_function(site.call, facts)
+        if name == "initialize":
+            found.initialize.append((site.statement, site.call))
+            _pair_models(site.call, found.models)
+        elif name == "master_params":
+            found.master_params.append(site.call)
+        elif name == "state_dict":
+            _state_entry(site.call, site.statement, found)
+        elif name == "load_state_dict":
+            found.state_statements.append(site.statement)
+        elif name is not None and name != "scale_loss":
+            found.unsupported.append(site.call)
+    return found
+
+
+def _imports_apex_amp(node: cst.Import | cst.ImportFrom) -> bool:
+    if isinstance(node, cst.ImportFrom):
+        module = dotted(node.module) if node.module is not None else ""
+        names = [] if isinstance(node.names, cst.ImportStar) else [
+            dotted(a.name) for a in node.names]
+        return module == "apex.amp" or (module == "apex" and names == ["amp"])
+    return all(dotted(a.name) == "apex.amp" for a in node.names)
+
+
+def _amp_function(call: cst.Call, facts: ModuleFacts) -> str | None:
+    resolved = facts.imports.resolve(call.func) or ""
+    if resolved.startswith("apex.amp."):
+        return resolved.removeprefix("apex.amp.")
+    return None
+
+
+def _pair_models(call: cst.Call, models: dict[str, str]) -> None:
+    """`amp.initialize(model, optimizer)` / `([m1, m2], [o1, o2])`: which model each trains."""
+    positional = [a.value for a in call.args if a.keyword is None]
+    if len(positional) < 2:
+        return
+    model_nodes, optimizer_nodes = positional[0], positional[1]
+    if isinstance(model_nodes, cst.List) and isinstance(optimizer_nodes, cst.List):
+        pairs = zip(model_nodes.elements, optimizer_nodes.elements, strict=False)
+        for model, optimizer in pairs:
+            models[dotted(optimizer.value) or ""] = dotted(model.value) or ""
+    elif dotted(model_nodes) and dotted(optimizer_nodes):
+        models[dotted(optimizer_nodes) or ""] = dotted(model_nodes) or ""
+
+
+def _state_entry(call: cst.Call, statement: Statement, found: ApexAmp) -> None:
+    stack: list[cst.CSTNode] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Dict):
+            for element in node.elements:
+                if isinstance(element, cst.DictElement) and element.value is call:
+                    found.state_entries.append((node, element))
+                    return
+        stack.extend(node.children)
+    found.state_statements.append(statement)

@@ -1,0 +1,115 @@
+"""apex.amp to native AMP, first phase: take apex out, leaving plain FP32 code and the options
+`amp.initialize` asked for; the regular rewrite then adds native AMP at that opt level."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import libcst as cst
+
+from amprewrite.analysis.apex_amp import ApexAmp
+from amprewrite.analysis.names import dotted
+from amprewrite.analysis.training_step import Note
+from amprewrite.options import OPT_LEVELS, Options
+from amprewrite.rules.containers import without
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Replace
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+_PROPERTIES = ("keep_batchnorm_fp32", "master_weights", "loss_scale")
+
+
+def remove_apex(ctx: RuleContext, apex: ApexAmp) -> Options:
+    """Plan the removal of apex.amp; return the options the native rewrite must use."""
+    for statement in [*apex.imports, *apex.state_statements]:
+        ctx.plan.replaces.append(Replace(statement, lambda _: cst.RemoveFromParent()))
+    options = ctx.options
+    for statement, call in apex.initialize:
+        ctx.plan.replaces.append(Replace(statement, _without_initialize(statement, call)))
+        options = _options_from(call, ctx)
+        ctx.notes.append(Note("AMP410", statement, "apex `amp.initialize(...)` migrated: a "
+                              "native `GradScaler` with the same opt level and properties"))
+    for block in apex.scale_loss:
+        ctx.plan.replaces.append(Replace(block, _plain_backward))
+        ctx.notes.append(Note("AMP411", block, "apex `amp.scale_loss(...)` migrated to "
+                              "`scaler.scale(loss).backward()`"))
+    for call in apex.master_params:
+        optimizer = dotted(call.args[0].value) if call.args else None
+        model = apex.models.get(optimizer or "")
+        code = (f"{model}.parameters()" if model else
+                f"(p for group in {optimizer}.param_groups for p in group[\"params\"])")
+        parameters = ctx.parse_expression(code)
+        ctx.plan.replaces.append(Replace(call, lambda _, new=parameters: new))
+    for container, entry in apex.state_entries:
+        ctx.plan.replaces.append(Replace(container, without(container, entry)))
+        ctx.notes.append(Note("AMP412", entry, "apex's `amp.state_dict()` entry replaced by the "
+                              "scaler's state next to the optimizer's"))
+    for call in apex.unsupported:
+        text = " ".join(ctx.facts.module.code_for_node(call.func).split())
+        ctx.notes.append(Note("AMP402", call, f"`{text}(...)` has no native equivalent and "
+                              "needs apex; remove it"))
+    return options
+
+
+def _options_from(call: cst.Call, ctx: RuleContext) -> Options:
+    """The opt level and properties `amp.initialize` was given, as `GradScaler` arguments."""
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    code = ctx.facts.module.code_for_node
+    arguments = []
+    level_node = keywords.get("opt_level")
+    level = "O1"
+    if level_node is not None:
+        literal = level_node.evaluated_value if isinstance(level_node, cst.SimpleString) else None
+        level = literal if literal in OPT_LEVELS else "O2"  # dynamic: keep initialize in place
+        if literal != "O1":
+            arguments.append(code(level_node))
+    for name in _PROPERTIES:
+        if name in keywords:
+            arguments.append(f"{name}={code(keywords[name])}")
+    if "num_losses" in keywords:
+        ctx.notes.append(Note("AMP402", keywords["num_losses"], "`num_losses`: one native "
+                              "scaler serves every loss; the argument is dropped"))
+    return replace(ctx.options, opt_level=level, scaler_arguments=tuple(arguments))
+
+
+def _without_initialize(statement: cst.CSTNode, call: cst.Call):  # type: ignore[no-untyped-def]
+    """`model, optimizer = amp.initialize(model, optimizer, ...)` goes; `m, o =
+    amp.initialize(net, opt)` keeps its bindings as `m, o = net, opt`."""
+    positional = [a.value for a in call.args if a.keyword is None][:2]
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.SimpleStatementLine)
+        assign = node.body[0]
+        if isinstance(assign, cst.Assign):
+            targets = [e.value for t in assign.targets
+                       for e in (t.target.elements if isinstance(t.target, cst.Tuple) else [])]
+            if [dotted(t) for t in targets] == [dotted(p) for p in positional]:
+                return cst.RemoveFromParent()  # type: ignore[return-value]
+            value = cst.Tuple([cst.Element(p) for p in positional], lpar=[], rpar=[])
+            return node.with_changes(body=[assign.with_changes(value=value)])
+        return cst.RemoveFromParent()  # type: ignore[return-value]
+
+    return build
+
+
+def _plain_backward(node: cst.CSTNode) -> cst.CSTNode | cst.FlattenSentinel:
+    """`with amp.scale_loss(loss, opt) as scaled: scaled.backward()` -> `loss.backward()`."""
+    assert isinstance(node, cst.With)
+    item = node.items[0]
+    assert isinstance(item.item, cst.Call)
+    loss = item.item.args[0].value
+    if not isinstance(loss, _ATOMIC):
+        loss = loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    name = dotted(item.asname.name) if item.asname is not None else None
+    body = [statement.visit(_Substitute(name, loss)) for statement in node.body.body]
+    body[0] = body[0].with_changes(leading_lines=[*node.leading_lines, *body[0].leading_lines])
+    return cst.FlattenSentinel(body)
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, name: str | None, value: cst.BaseExpression) -> None:
+        super().__init__()
+        self.name, self.value = name, value
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self.value if original_node.value == self.name else updated_node
