@@ -92,6 +92,14 @@ CODES: dict[str, Code] = {
     "AMP412": Code(Severity.CHANGE, "apex checkpoint state migrated",
                    "`amp.state_dict()` entries are replaced by the scaler's state, saved next to "
                    "the optimizer's; `amp.load_state_dict` by the scaler's restore."),
+    "AMP420": Code(Severity.CHANGE, "framework mixed precision switched on",
+                   "Accelerate (`mixed_precision`), Lightning `Trainer`/`Fabric` (`precision`) "
+                   "own autocast and scaling: their switch is the whole rewrite."),
+    "AMP421": Code(Severity.SKIP, "framework already sets its precision",
+                   "The `mixed_precision`/`precision` argument is already given: left as is."),
+    "AMP422": Code(Severity.NOTE, "framework owns precision elsewhere",
+                   "This file uses a framework whose trainer is built in another file: set "
+                   "mixed precision there (amprewrite does when it rewrites that file)."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

@@ -13,6 +13,11 @@ from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import existing_amp
 from amprewrite.analysis.facts import ModuleFacts, collect
+from amprewrite.analysis.frameworks import (
+    PrecisionSwitch,
+    framework_owns_precision,
+    precision_switches,
+)
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
@@ -28,6 +33,8 @@ class ModuleAnalysis:
     existing_amp: str | None  # the AMP API the module already uses, if any
     deprecated: DeprecatedAmp  # torch.cuda.amp / torch.cpu.amp uses to migrate
     apex: ApexAmp  # apex.amp uses to migrate
+    framework: str | None  # accelerate / lightning: the framework owns precision
+    switches: list[PrecisionSwitch]  # its constructors, to switch mixed precision on
     training: TrainingSteps
     training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
     evaluation_regions: SplitRegions
@@ -57,6 +64,8 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         existing_amp=amp,
         deprecated=deprecated_amp(facts),
         apex=apex_amp(facts),
+        framework=framework_owns_precision(facts),
+        switches=precision_switches(facts),
         training=training,
         training_regions=split_unsafe_losses(training.regions, facts, kinds),
         evaluation_regions=split_unsafe_losses(evaluation, facts, kinds),

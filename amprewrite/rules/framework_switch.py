@@ -1,0 +1,49 @@
+"""Turn on a framework's own mixed precision: `Accelerator(mixed_precision=...)`,
+`Trainer(precision=...)`, `Fabric(precision=...)`."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.frameworks import PrecisionSwitch
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Replace
+
+
+def switch_on_mixed_precision(ctx: RuleContext, switches: list[PrecisionSwitch]) -> None:
+    dtype = ctx.options.dtype or "float16"
+    for switch in switches:
+        framework = switch.framework.rsplit(".", 1)[-1]
+        if switch.current is not None:
+            current = ctx.facts.module.code_for_node(switch.current)
+            ctx.notes.append(Note("AMP421", switch.call, f"`{framework}` already sets "
+                                  f"`{switch.keyword}={current}`; left unchanged"))
+            continue
+        value = switch.values[dtype]
+        argument = cst.Arg(value=cst.parse_expression(value), keyword=cst.Name(switch.keyword),
+                           equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                 whitespace_after=cst.SimpleWhitespace("")))
+        ctx.plan.replaces.append(Replace(switch.call, _with_argument(argument)))
+        ctx.notes.append(Note("AMP420", switch.call, f"`{framework}(...)` owns precision: "
+                              f"`{switch.keyword}={value}` added (no hand-made scaler)"))
+
+
+def _with_argument(argument: cst.Arg):  # type: ignore[no-untyped-def]
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Call)
+        args = list(node.args)
+        if args:
+            last = args[-1]
+            trailing = last.comma
+            if trailing is cst.MaybeSentinel.DEFAULT:
+                args[-1] = last.with_changes(
+                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                return node.with_changes(args=[*args, argument])
+            # a multi-line call with a trailing comma: the new argument goes on its own line
+            previous = args[-2].comma if len(args) > 1 else trailing
+            args[-1] = last.with_changes(comma=previous)
+            return node.with_changes(args=[*args, argument.with_changes(comma=trailing)])
+        return node.with_changes(args=[argument])
+
+    return build
