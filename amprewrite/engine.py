@@ -16,7 +16,10 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options, validate
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.framework_switch import switch_on_mixed_precision
+from amprewrite.rules.framework_switch import (
+    switch_off_mixed_precision,
+    switch_on_mixed_precision,
+)
 from amprewrite.rules.migrate_apex import remove_apex
 from amprewrite.rules.migrate_cuda_amp import migrate_cuda_amp
 from amprewrite.rules.recipe import plan_rewrite
@@ -50,7 +53,7 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
         return _migrate_apex(module, source, analysis, options)
     if options.opt_level == "O0" and analysis.existing_amp is not None:
         return _revert(module, source, analysis, options)
-    if analysis.framework is not None and options.opt_level != "O0":
+    if analysis.framework is not None:
         return _framework(module, source, analysis, options)
     if analysis.deprecated:
         ctx = RuleContext(analysis.facts, options, "")
@@ -127,6 +130,9 @@ def _framework(
 ) -> RewriteResult:
     """A framework owns precision: switch it on; add no autocast or scaler of our own."""
     ctx = RuleContext(analysis.facts, options, "")
+    if options.opt_level == "O0":
+        switch_off_mixed_precision(ctx, analysis.switches)
+        return _apply(module, source, ctx)
     switch_on_mixed_precision(ctx, analysis.switches)
     if not analysis.switches:
         ctx.notes.append(Note("AMP422", module.body[0], f"{analysis.framework} owns the training "

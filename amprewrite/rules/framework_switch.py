@@ -7,8 +7,21 @@ import libcst as cst
 
 from amprewrite.analysis.frameworks import PrecisionSwitch
 from amprewrite.analysis.training_step import Note
+from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Replace
+
+
+def switch_off_mixed_precision(ctx: RuleContext, switches: list[PrecisionSwitch]) -> None:
+    """O0: take out a mixed-precision switch amprewrite would have added."""
+    for switch in switches:
+        current = switch.current
+        if current is None or ctx.facts.module.code_for_node(current) not in switch.values.values():
+            continue
+        argument = next(a for a in switch.call.args if a.value is current)
+        ctx.plan.replaces.append(Replace(switch.call, without(switch.call, argument)))
+        ctx.notes.append(Note("AMP170", switch.call, f"`{switch.keyword}` removed: the "
+                              "framework trains in FP32 again (O0)"))
 
 
 def switch_on_mixed_precision(ctx: RuleContext, switches: list[PrecisionSwitch]) -> None:
