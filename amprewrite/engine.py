@@ -22,6 +22,7 @@ from amprewrite.rules.framework_switch import (
 )
 from amprewrite.rules.migrate_apex import remove_apex
 from amprewrite.rules.migrate_cuda_amp import migrate_cuda_amp
+from amprewrite.rules.migrate_ray import remove_ray_amp
 from amprewrite.rules.recipe import plan_rewrite
 from amprewrite.rules.revert import revert_to_fp32
 from amprewrite.transform import apply_edits
@@ -49,8 +50,8 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
         raise ValueError(problem)
     module = _parse(source)
     analysis = analyse(module)
-    if analysis.apex:
-        return _migrate_apex(module, source, analysis, options)
+    if analysis.apex or analysis.ray:
+        return _migrate(module, source, analysis, options)
     if options.opt_level == "O0" and analysis.existing_amp is not None:
         return _revert(module, source, analysis, options)
     if analysis.framework is not None:
@@ -91,12 +92,14 @@ def _revert(
     return _apply(module, source, ctx)
 
 
-def _migrate_apex(
+def _migrate(
     module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
 ) -> RewriteResult:
-    """Take apex.amp out (plain FP32), then rewrite that at the script's own opt level."""
+    """Take apex.amp / Ray Train's AMP helpers out (plain FP32), then rewrite that at the
+    script's own opt level."""
     ctx = RuleContext(analysis.facts, options, "")
-    native_options = remove_apex(ctx, analysis.apex)
+    native_options = remove_apex(ctx, analysis.apex) if analysis.apex else options
+    remove_ray_amp(ctx, analysis.ray)
     fp32 = _apply(module, source, ctx)
     if options.opt_level == "O0":
         return fp32

@@ -100,6 +100,9 @@ CODES: dict[str, Code] = {
     "AMP422": Code(Severity.NOTE, "framework owns precision elsewhere",
                    "This file uses a framework whose trainer is built in another file: set "
                    "mixed precision there (amprewrite does when it rewrites that file)."),
+    "AMP430": Code(Severity.CHANGE, "Ray Train's deprecated AMP helpers migrated",
+                   "`train.torch.accelerate(amp=True)`, `prepare_optimizer` and "
+                   "`train.torch.backward(loss)` give way to explicit native AMP."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

@@ -21,6 +21,7 @@ from amprewrite.analysis.frameworks import (
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
+from amprewrite.analysis.ray_train import RayAmp, ray_amp
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
 from amprewrite.analysis.training_step import Note, TrainingSteps, analyse_training
 from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses
@@ -33,6 +34,7 @@ class ModuleAnalysis:
     existing_amp: str | None  # the AMP API the module already uses, if any
     deprecated: DeprecatedAmp  # torch.cuda.amp / torch.cpu.amp uses to migrate
     apex: ApexAmp  # apex.amp uses to migrate
+    ray: RayAmp  # Ray Train's deprecated AMP helpers to migrate
     framework: str | None  # accelerate / lightning: the framework owns precision
     switches: list[PrecisionSwitch]  # its constructors, to switch mixed precision on
     training: TrainingSteps
@@ -64,6 +66,7 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         existing_amp=amp,
         deprecated=deprecated_amp(facts),
         apex=apex_amp(facts),
+        ray=ray_amp(facts),
         framework=framework_owns_precision(facts),
         switches=precision_switches(facts),
         training=training,

@@ -1,0 +1,53 @@
+"""Ray Train's deprecated AMP helpers out, first phase: plain FP32 code that the regular
+rewrite then turns into explicit native AMP (`prepare_model` and `prepare_data_loader` stay)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.names import dotted
+from amprewrite.analysis.ray_train import RayAmp
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Replace
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+def remove_ray_amp(ctx: RuleContext, ray: RayAmp) -> None:
+    for statement in ray.accelerate:
+        ctx.plan.replaces.append(Replace(statement, lambda _: cst.RemoveFromParent()))
+        ctx.notes.append(Note("AMP430", statement, "deprecated `train.torch.accelerate(amp=...)`"
+                              " removed: explicit native AMP replaces it"))
+    for statement, call in ray.prepare_optimizer:
+        ctx.plan.replaces.append(Replace(statement, _unwrapped_optimizer(call)))
+        ctx.notes.append(Note("AMP430", call, "deprecated `train.torch.prepare_optimizer(...)` "
+                              "removed: the grad scaler steps the optimizer"))
+    for call in ray.backward:
+        ctx.plan.replaces.append(Replace(call, _tensor_backward))
+        ctx.notes.append(Note("AMP430", call, "deprecated `train.torch.backward(loss)` "
+                              "replaced by a scaled `loss.backward()`"))
+
+
+def _unwrapped_optimizer(call: cst.Call):  # type: ignore[no-untyped-def]
+    """`optimizer = prepare_optimizer(optimizer)` goes; `o = prepare_optimizer(x)` is `o = x`."""
+    wrapped = call.args[0].value
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.SimpleStatementLine)
+        assign = node.body[0]
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+            if dotted(assign.targets[0].target) == dotted(wrapped):
+                return cst.RemoveFromParent()  # type: ignore[return-value]
+            return node.with_changes(body=[assign.with_changes(value=wrapped)])
+        return cst.RemoveFromParent()  # type: ignore[return-value]
+
+    return build
+
+
+def _tensor_backward(node: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(node, cst.Call)
+    loss = node.args[0].value
+    if not isinstance(loss, _ATOMIC):
+        loss = loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Call(func=cst.Attribute(loss, cst.Name("backward")), args=node.args[1:])
