@@ -96,9 +96,9 @@ def _refuse_bad_usage(paths: tuple[str, ...], options: Options, quiet_and_verbos
         raise click.UsageError("-q/--quiet and -v/--verbose cannot be combined")
     if paths.count(STDIN) > 1:
         raise click.UsageError("`-` (standard input) can be given only once")
-    missing = [path for path in paths if path != STDIN and not Path(path).exists()]
-    if missing:
-        raise click.UsageError(f"no such file or directory: {', '.join(missing)}")
+    missing = [path for path in paths if path != STDIN and not (path and Path(path).exists())]
+    if missing:  # an empty argument (`amprewrite "$UNSET"`) is missing, not the current directory
+        raise click.UsageError(f"no such file or directory: {', '.join(map(repr, missing))}")
 
 
 def _stdin(name: str, options: Options, write: bool) -> FileOutcome:

@@ -20,12 +20,14 @@ from amprewrite.rules.framework_switch import (
     switch_off_mixed_precision,
     switch_on_mixed_precision,
 )
+from amprewrite.rules.imports import torch_name
 from amprewrite.rules.migrate_apex import remove_apex
 from amprewrite.rules.migrate_cuda_amp import migrate_cuda_amp
 from amprewrite.rules.migrate_ray import remove_ray_amp
 from amprewrite.rules.recipe import plan_rewrite
 from amprewrite.rules.revert import revert_to_fp32
-from amprewrite.transform import apply_edits
+from amprewrite.rules.trainer_apis import adopt_trainer_apis
+from amprewrite.transform import Insert, apply_edits
 
 
 @dataclass
@@ -56,6 +58,8 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
         return _revert(module, source, analysis, options)
     if analysis.framework is not None:
         return _framework(module, source, analysis, options)
+    if analysis.trainer_apis and analysis.existing_amp is None and options.opt_level != "O0":
+        return _trainer_apis(module, source, analysis, options)
     if analysis.deprecated:
         ctx = RuleContext(analysis.facts, options, "")
         migrate_cuda_amp(ctx, analysis.deprecated)
@@ -140,6 +144,19 @@ def _framework(
     if not analysis.switches:
         ctx.notes.append(Note("AMP422", module.body[0], f"{analysis.framework} owns the training "
                               "step's precision; set it where the trainer is built"))
+    return _apply(module, source, ctx)
+
+
+def _trainer_apis(
+    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
+) -> RewriteResult:
+    """Determined / Enchanter take a torch grad scaler and train on GPUs: plain torch.amp."""
+    torch = torch_name(analysis.facts)
+    ctx = RuleContext(analysis.facts, options, f'{torch or "torch"}.autocast("cuda")')
+    adopt_trainer_apis(ctx, analysis.trainer_apis, torch or "torch")
+    if torch is None:
+        ctx.plan.inserts.insert(0, Insert(module, analysis.facts.header_imports_end,
+                                          [ctx.parse_statement("import torch")]))
     return _apply(module, source, ctx)
 
 

@@ -15,7 +15,15 @@ TEMPORARY_SUFFIX = ".amprewrite"
 
 
 class WriteRefused(Exception):
-    """The file was not written, on purpose (its new source does not parse, or it changed)."""
+    """The file was not written, on purpose."""
+
+
+class UnparsableOutput(WriteRefused):
+    """The new source does not parse: a bug in the rewrite, never written."""
+
+
+class ChangedOnDisk(WriteRefused):
+    """The file no longer holds what was read: someone else changed it meanwhile."""
 
 
 def read_source(path: Path) -> bytes:
@@ -28,8 +36,8 @@ def read_source(path: Path) -> bytes:
 def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> None:
     """Replace the content of `path` with `data`, or raise and leave it as it was.
 
-    `data` must parse (`WriteRefused` otherwise). When `expected` is given and the file no
-    longer holds it, someone else changed it meanwhile: `WriteRefused`. The data goes to a
+    `data` must parse (`UnparsableOutput` otherwise). When `expected` is given and the file no
+    longer holds it, someone else changed it meanwhile: `ChangedOnDisk`. The data goes to a
     temporary file beside the target, is fsynced and given the target's mode, then renamed
     over it, so either the old or the new content is visible at every moment. A symbolic link
     is written through: the link stays, its target changes. A read-only file raises
@@ -39,13 +47,13 @@ def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> 
         cst.parse_module(data)
     except Exception as exc:  # ParserSyntaxError, or a decoding problem the engine introduced
         detail = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-        raise WriteRefused(f"the rewritten source does not parse ({detail})") from exc
+        raise UnparsableOutput(f"the rewritten source does not parse ({detail})") from exc
     target = path.resolve()
     mode = stat.S_IMODE(target.stat().st_mode)
     if not mode & 0o222 or not os.access(target, os.W_OK):
         raise PermissionError(errno.EACCES, "permission denied (read-only file)", str(path))
     if expected is not None and target.read_bytes() != expected:
-        raise WriteRefused("the file changed on disk while amprewrite was rewriting it")
+        raise ChangedOnDisk("the file changed on disk while amprewrite was rewriting it")
     handle, temporary = tempfile.mkstemp(
         dir=target.parent, prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX
     )

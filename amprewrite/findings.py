@@ -103,6 +103,12 @@ CODES: dict[str, Code] = {
     "AMP430": Code(Severity.CHANGE, "Ray Train's deprecated AMP helpers migrated",
                    "`train.torch.accelerate(amp=True)`, `prepare_optimizer` and "
                    "`train.torch.backward(loss)` give way to explicit native AMP."),
+    "AMP440": Code(Severity.CHANGE, "trainer API given a grad scaler",
+                   "Determined: `self.scaler = context.wrap_scaler(GradScaler())`, scaled "
+                   "`context.backward`, `step_optimizer(..., scaler=...)`, `update()`. Enchanter: "
+                   "`runner.scaler = GradScaler()` (custom runners: in `__init__`)."),
+    "AMP441": Code(Severity.SKIP, "trainer class without `__init__`",
+                   "The grad scaler must be created once per trainer: add an `__init__`."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

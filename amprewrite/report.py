@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from amprewrite.findings import Finding, Severity
+from amprewrite.findings import CODES, Finding, Severity
 from amprewrite.runner import FileOutcome, Status
 
 EXIT_NOTHING_TO_CHANGE = 0
@@ -45,7 +45,8 @@ def report_order(outcomes: Iterable[FileOutcome]) -> list[FileOutcome]:
 def visible(finding: Finding, explicit: bool, verbosity: Verbosity) -> bool:
     """Errors always; changes and skips unless quiet; notes when verbose, or by default for
     files named on the command line (not for files found by walking a directory)."""
-    severity = finding.severity
+    code = CODES.get(finding.code)
+    severity = code.severity if code else Severity.CHANGE  # an unregistered code: still shown
     if severity is Severity.ERROR or verbosity is Verbosity.VERBOSE:
         return True
     if verbosity is Verbosity.QUIET:

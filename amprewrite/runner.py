@@ -12,7 +12,7 @@ from pathlib import Path
 
 from amprewrite import engine
 from amprewrite.engine import RewriteError
-from amprewrite.fileio import WriteRefused, read_source, write_atomically
+from amprewrite.fileio import UnparsableOutput, WriteRefused, read_source, write_atomically
 from amprewrite.findings import Finding
 from amprewrite.options import Options
 
@@ -39,6 +39,8 @@ def process_source(path: str, source: bytes, options: Options, explicit: bool) -
     """Rewrite `source` in memory (`after` is `source` itself unless it changed)."""
     try:
         result = engine.rewrite_source(source, options)
+        if not isinstance(result.source, bytes):
+            raise TypeError(f"the engine returned {type(result.source).__name__}, not bytes")
     except Exception as exc:
         return _failed(path, explicit, _rewrite_failure(exc), source)
     changed = result.changed and result.source != source
@@ -88,10 +90,9 @@ def _rewrite_failure(exc: Exception) -> Finding:
 
 
 def _write_failure(exc: Exception) -> Finding:
+    if isinstance(exc, UnparsableOutput):
+        return Finding("AMP004", 1, 1, f"internal error: {exc}; {LEFT_ALONE}, please report it")
     if isinstance(exc, WriteRefused):
-        if "does not parse" in str(exc):
-            return Finding("AMP004", 1, 1, f"internal error: {exc}; {LEFT_ALONE}, "
-                           "please report it")
         return Finding("AMP004", 1, 1, f"not written: {exc}; {LEFT_ALONE}")
     if isinstance(exc, OSError):
         return Finding("AMP004", 1, 1, f"cannot write: {_reason(exc)}; {LEFT_ALONE}")

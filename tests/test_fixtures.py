@@ -57,6 +57,7 @@ KEPT_BY_REVERT = {
     "rule_inline_loss": b"loss = loss_fn(net(x), y)",  # the hoisted loss variable
     "rule_bce_outside_autocast": b"p_real.float()",  # float32 inputs of the unsafe loss
     "rule_setup_then_single_step": b"loss = criterion(prediction, target)",
+    "framework_enchanter": b"import torch\n",  # the import the scaler needed
 }
 
 

@@ -23,6 +23,7 @@ from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
 from amprewrite.analysis.ray_train import RayAmp, ray_amp
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
+from amprewrite.analysis.trainer_apis import TrainerApis, trainer_apis
 from amprewrite.analysis.training_step import Note, TrainingSteps, analyse_training
 from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses
 
@@ -35,6 +36,7 @@ class ModuleAnalysis:
     deprecated: DeprecatedAmp  # torch.cuda.amp / torch.cpu.amp uses to migrate
     apex: ApexAmp  # apex.amp uses to migrate
     ray: RayAmp  # Ray Train's deprecated AMP helpers to migrate
+    trainer_apis: TrainerApis  # Determined trials, Enchanter runners
     framework: str | None  # accelerate / lightning: the framework owns precision
     switches: list[PrecisionSwitch]  # its constructors, to switch mixed precision on
     training: TrainingSteps
@@ -67,6 +69,7 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         deprecated=deprecated_amp(facts),
         apex=apex_amp(facts),
         ray=ray_amp(facts),
+        trainer_apis=trainer_apis(facts, kinds),
         framework=framework_owns_precision(facts),
         switches=precision_switches(facts),
         training=training,

@@ -26,6 +26,8 @@ class AmpUsage:
     statements: list[Statement] = field(default_factory=list)  # lines to delete
     unwrap: list[cst.With | cst.If] = field(default_factory=list)  # blocks to replace by bodies
     calls: list[cst.Call] = field(default_factory=list)  # scale(...).backward(), step(opt)
+    scaled_arguments: list[cst.Call] = field(default_factory=list)  # `scaler.scale(x)` as an arg
+    scaler_keywords: list[tuple[cst.Call, cst.Arg]] = field(default_factory=list)  # scaler=...
     # checkpoint entries: (the dict literal or `dict(...)` call, the scaler's element in it)
     entries: list[tuple[cst.Dict | cst.Call, cst.DictElement | cst.Arg]] = field(
         default_factory=list)
@@ -40,6 +42,9 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
     usage = AmpUsage()
     for binding in facts.bindings:
         value = binding.value
+        if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value == "wrap_scaler" and value.args):
+            value = value.args[0].value  # Determined: `context.wrap_scaler(GradScaler())`
         if isinstance(value, cst.Call) and _is_scaler_class(value.func, facts):
             usage.scalers.update(binding.keys)
             usage.statements.append(binding.statement)
@@ -82,6 +87,13 @@ def _classify_call(
         return
     owner = dotted(func.value)
     method = func.attr.value
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "scaler" and dotted(
+                arg.value) in usage.scalers:
+            usage.scaler_keywords.append((call, arg))  # `step_optimizer(opt, scaler=scaler)`
+        elif (method == "backward" and isinstance(arg.value, cst.Call)
+              and _is_scale_call(arg.value, usage)):
+            usage.scaled_arguments.append(arg.value)  # `context.backward(scaler.scale(loss))`
     if owner in usage.scalers:
         if method == "step":
             usage.calls.append(call)
@@ -93,11 +105,15 @@ def _classify_call(
                 models[dotted(call.args[1].value) or ""] = model
         elif method == "state_dict":
             _checkpoint_entry(call, statement, usage)
-    elif method == "backward" and isinstance(func.value, cst.Call):
-        inner = func.value.func
-        if isinstance(inner, cst.Attribute) and inner.attr.value == "scale" and dotted(
-                inner.value) in usage.scalers:
-            usage.calls.append(call)
+    elif method == "backward" and isinstance(func.value, cst.Call) and _is_scale_call(
+            func.value, usage):
+        usage.calls.append(call)
+
+
+def _is_scale_call(call: cst.Call, usage: AmpUsage) -> bool:
+    func = call.func
+    return (isinstance(func, cst.Attribute) and func.attr.value == "scale"
+            and dotted(func.value) in usage.scalers)
 
 
 def _checkpoint_entry(call: cst.Call, statement: Statement, usage: AmpUsage) -> None:

@@ -14,12 +14,19 @@ _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.set_grad_e
 
 
 def analyse_evaluation(
-    facts: ModuleFacts, kinds: KindTable, training_regions: list[Region]
+    facts: ModuleFacts,
+    kinds: KindTable,
+    training_regions: list[Region],
+    eval_functions: frozenset[cst.FunctionDef] = frozenset(),
 ) -> list[Region]:
-    """Regions covering each evaluation forward pass and the loss computed from it."""
+    """Regions covering each evaluation forward pass and the loss computed from it: model
+    calls under no_grad/inference_mode, or anywhere in `eval_functions` (a framework's
+    evaluation hooks, which it runs without gradients)."""
     candidates: dict[int, tuple[cst.IndentedBlock | cst.Module, set[int]]] = {}
     for site in facts.calls:
-        if not is_model_call(site.call, kinds) or not _under_no_grad(site, facts):
+        if not is_model_call(site.call, kinds):
+            continue
+        if site.function not in eval_functions and not _under_no_grad(site, facts):
             continue
         info = facts.statements.get(site.statement)
         if info is None:

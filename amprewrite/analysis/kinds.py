@@ -55,6 +55,9 @@ _MODEL_NAMES = frozenset({
     "timm.create_model",
 })
 _MODEL_PREFIXES = ("torchvision.models.", "timm.models.")
+# Framework calls that hand back the object they wrap.
+_WRAPPERS = {"wrap_model": Kind.MODEL, "prepare_model": Kind.MODEL,
+             "wrap_optimizer": Kind.OPTIMIZER, "prepare_optimizer": Kind.OPTIMIZER}
 # Methods that return the receiver itself (or a module of the same kind).
 _SAME_KIND_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "train", "eval",
                                 "requires_grad_", "share_memory"})
@@ -147,6 +150,8 @@ class KindTable:
         """The kind of what an expression evaluates to, as far as it can be told."""
         if isinstance(value, cst.Call):
             func = value.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _WRAPPERS:
+                return _WRAPPERS[func.attr.value]  # Determined / Ray `context.wrap_model(...)`
             resolved = self.facts.imports.resolve(func)
             if resolved is not None:
                 kind = _classify_qualified(resolved)

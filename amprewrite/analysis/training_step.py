@@ -226,7 +226,15 @@ _SCOPE_OR_LOOP = (cst.FunctionDef, cst.ClassDef, cst.For, cst.While)
 def _loss_region(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> Region | None:
     """The statements computing the loss that `site` backpropagates, by a backward slice."""
     needed = set(iter_keys(site.call.func.value))  # type: ignore[attr-defined]
-    current: Statement = site.statement
+    return region_before(site.statement, needed, facts, kinds)
+
+
+def region_before(
+    statement: Statement, needed: set[str], facts: ModuleFacts, kinds: KindTable
+) -> Region | None:
+    """The forward-pass statements before `statement` that compute the keys in `needed`, by a
+    backward slice through its block (and enclosing non-loop blocks while nothing is found)."""
+    current = statement
     while True:
         block, index = facts.position(current)
         region = _slice_region(block, index, needed, facts, kinds)

@@ -24,6 +24,10 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
         ctx.plan.replaces.append(Replace(block, _unwrap))
     for call in usage.calls:
         ctx.plan.replaces.append(Replace(call, _plain_call))
+    for call in usage.scaled_arguments:
+        ctx.plan.replaces.append(Replace(call, lambda node: node.args[0].value))
+    for call, keyword in usage.scaler_keywords:
+        ctx.plan.replaces.append(Replace(call, without(call, keyword)))
     for container, entry in usage.entries:
         ctx.plan.replaces.append(Replace(container, without(container, entry)))
     for decorator in usage.decorators:

@@ -1,0 +1,80 @@
+"""Determined's PyTorchTrial and Enchanter's runners take a torch grad scaler: give them one,
+and autocast their forward passes, the way their documentation prescribes."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.facts import CallSite
+from amprewrite.analysis.scaler_home import fresh_name
+from amprewrite.analysis.trainer_apis import TrainerApis, TrainerClass
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.autocast import wrap_regions
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Insert, Replace
+
+
+def adopt_trainer_apis(ctx: RuleContext, apis: TrainerApis, torch: str) -> None:
+    """`ctx.autocast_call` is `torch.autocast("cuda")` (these APIs train on GPUs)."""
+    name = fresh_name(ctx.facts, ("scaler", "grad_scaler", "amp_scaler"))
+    for trainer in apis.classes:
+        _adopt_class(ctx, trainer, f"self.{name}", torch)
+    for runner in apis.runners:
+        code = f"{runner.keys[0]}.{name} = {torch}.amp.GradScaler()"
+        block, index = ctx.facts.position(runner.statement)
+        ctx.plan.inserts.append(Insert(block, index + 1, [ctx.parse_statement(code)]))
+        ctx.notes.append(Note("AMP440", runner.statement, f"Enchanter runner: `{code}` "
+                              "switches its mixed precision on"))
+
+
+def _adopt_class(ctx: RuleContext, trainer: TrainerClass, scaler: str, torch: str) -> None:
+    if trainer.init is None or not isinstance(trainer.init.body, cst.IndentedBlock):
+        ctx.notes.append(Note("AMP441", trainer.cls, "no `__init__` to create the grad scaler "
+                              "in; add one that sets `self.scaler`"))
+        return
+    constructor = f"{torch}.amp.GradScaler()"
+    if trainer.api == "determined":
+        constructor = f"{trainer.context}.wrap_scaler({constructor})"
+    body = trainer.init.body.body
+    index = len(body) - 1 if body and _calls_super_init(body[-1]) else len(body)
+    ctx.plan.inserts.append(Insert(trainer.init.body, index,
+                                   [ctx.parse_statement(f"{scaler} = {constructor}")]))
+    ctx.notes.append(Note("AMP440", trainer.cls, f"{trainer.api}: `{scaler} = {constructor}` "
+                          "created in `__init__`"))
+    wrap_regions(ctx, trainer.regions, "AMP101", "forward pass and loss")
+    wrap_regions(ctx, trainer.eval_regions, "AMP106", "evaluation forward pass")
+    for site in trainer.backwards:  # context.backward(loss) -> context.backward(scaler.scale(loss))
+        scale = ctx.parse_expression(f"{scaler}.scale")
+        ctx.plan.replaces.append(Replace(site.call.args[0].value, lambda n, s=scale: cst.Call(
+            func=s, args=[cst.Arg(n.with_changes(lpar=[], rpar=[]))])))
+    for site in trainer.steps:
+        ctx.plan.replaces.append(Replace(site.call, _with_scaler(ctx, scaler)))
+    if trainer.steps:
+        _update_after(ctx, trainer.steps[-1], scaler)
+
+
+def _with_scaler(ctx: RuleContext, scaler: str):  # type: ignore[no-untyped-def]
+    argument = cst.Arg(value=ctx.parse_expression(scaler), keyword=cst.Name("scaler"),
+                       equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                             whitespace_after=cst.SimpleWhitespace("")))
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Call)
+        args = list(node.args)
+        args[-1] = args[-1].with_changes(
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return node.with_changes(args=[*args, argument])
+
+    return build
+
+
+def _update_after(ctx: RuleContext, step: CallSite, scaler: str) -> None:
+    block, index = ctx.facts.position(step.statement)
+    ctx.plan.inserts.append(Insert(block, index + 1, [ctx.parse_statement(f"{scaler}.update()")]))
+    ctx.notes.append(Note("AMP105", step.call, f"`{scaler}.update()` added after the optimizer "
+                          "step"))
+
+
+def _calls_super_init(statement: cst.CSTNode) -> bool:
+    code = cst.Module([]).code_for_node(statement)
+    return "super(" in code and "__init__(" in code
