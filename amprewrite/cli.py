@@ -38,6 +38,9 @@ STDIN = "-"
 @click.option("--loss-scale", default=None, metavar="dynamic|FLOAT",
               help="'dynamic', or a static scale (default: dynamic; 1.0 for O0 and O3).")
 @click.option("--plain", is_flag=True, help="Emit torch.amp only: no runtime import (O0/O1).")
+@click.option("--reproducible", is_flag=True,
+              help="Seed everything at the entry point and seed shuffled DataLoaders.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --reproducible.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when files were rewritten.")
@@ -55,6 +58,8 @@ def main(
     master_weights: bool | None,
     loss_scale: str | None,
     plain: bool,
+    reproducible: bool,
+    seed: int,
     show_diff: bool,
     check: bool,
     exit_zero: bool,
@@ -70,7 +75,8 @@ def main(
     Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
     0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written.
     """
-    options = Options(opt_level, dtype, plain, keep_batchnorm_fp32, master_weights, loss_scale)
+    options = Options(opt_level, dtype, plain, keep_batchnorm_fp32, master_weights, loss_scale,
+                      reproducible=reproducible, seed=seed)
     _refuse_bad_usage(paths, options, quiet and verbose)
     verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
     write = not (check or show_diff)

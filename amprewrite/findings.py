@@ -109,6 +109,14 @@ CODES: dict[str, Code] = {
                    "`runner.scaler = GradScaler()` (custom runners: in `__init__`)."),
     "AMP441": Code(Severity.SKIP, "trainer class without `__init__`",
                    "The grad scaler must be created once per trainer: add an `__init__`."),
+    "AMP501": Code(Severity.CHANGE, "reproducibility enabled at the entry point",
+                   "`enable_reproducibility(seed)` seeds random, numpy and torch, and makes cuDNN "
+                   "and torch deterministic (see docs/reproducibility.md)."),
+    "AMP502": Code(Severity.SKIP, "training DataLoader outside the entry point",
+                   "Pass `generator=` and `worker_init_fn=` from `enable_reproducibility`'s result "
+                   "to it by hand."),
+    "AMP503": Code(Severity.CHANGE, "shuffled DataLoader seeded",
+                   "Its shuffling and its workers' seeds now derive from the seed."),
     # Sites left alone.
     "AMP201": Code(Severity.SKIP, "backward without an optimizer step",
                    "Gradients computed for another purpose (saliency, inspection) are left "

@@ -19,6 +19,8 @@ class Options:
     # The scaler's arguments as source text, when a migration keeps the script's own (apex's
     # `opt_level=args.opt_level`); None: built from the fields above.
     scaler_arguments: tuple[str, ...] | None = None
+    reproducible: bool = False  # seed everything at the entry point, seed training loaders
+    seed: int = 0
 
     @property
     def casts_model(self) -> bool:
@@ -57,6 +59,8 @@ def validate(options: Options) -> str | None:
     if options.plain and options.casts_model:
         return ("--plain emits torch.amp only, which has no O2/O3 "
                 "(model casting and master weights need the runtime)")
+    if options.plain and options.reproducible:
+        return "--reproducible uses the runtime's helpers, which --plain leaves out"
     if options.plain and options.loss_scale not in (None, "dynamic"):
         return "--plain supports dynamic loss scaling only (a static scale needs the runtime)"
     return None

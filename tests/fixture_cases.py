@@ -16,6 +16,7 @@ STYLES: dict[str, Options] = {
     "O2": Options(opt_level="O2"),
     "O3": Options(opt_level="O3", keep_batchnorm_fp32=True),
     "O0": Options(opt_level="O0"),
+    "O1_reproducible": Options(opt_level="O1", reproducible=True, seed=1234),
 }
 
 

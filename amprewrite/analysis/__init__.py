@@ -10,9 +10,10 @@ from amprewrite.analysis.apex_amp import ApexAmp, apex_amp
 from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
+from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_loaders
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import existing_amp
-from amprewrite.analysis.facts import ModuleFacts, collect
+from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
 from amprewrite.analysis.frameworks import (
     PrecisionSwitch,
     framework_owns_precision,
@@ -37,6 +38,8 @@ class ModuleAnalysis:
     apex: ApexAmp  # apex.amp uses to migrate
     ray: RayAmp  # Ray Train's deprecated AMP helpers to migrate
     trainer_apis: TrainerApis  # Determined trials, Enchanter runners
+    entry: EntryPoint  # where the script starts (for --reproducible)
+    loaders: list[CallSite]  # shuffled training DataLoaders (for --reproducible)
     framework: str | None  # accelerate / lightning: the framework owns precision
     switches: list[PrecisionSwitch]  # its constructors, to switch mixed precision on
     training: TrainingSteps
@@ -70,6 +73,8 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         apex=apex_amp(facts),
         ray=ray_amp(facts),
         trainer_apis=trainer_apis(facts, kinds),
+        entry=entry_point(facts),
+        loaders=shuffled_loaders(facts),
         framework=framework_owns_precision(facts),
         switches=precision_switches(facts),
         training=training,

@@ -20,6 +20,7 @@ from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
 from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
 from amprewrite.rules.model_casting import clip_master_weights, initialize_models
+from amprewrite.rules.reproducibility import seed_everything
 from amprewrite.rules.scaler_creation import create_scaler
 from amprewrite.rules.scheduler import guard_schedulers
 from amprewrite.rules.styles import Needs, plain_style, runtime_style
@@ -38,6 +39,7 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         autocast=any(split.regions for split in regions),
         custom_functions=bool(analysis.custom_functions),
         sharded=analysis.sharded,
+        reproducible=options.reproducible,
     )
     style = (plain_style if options.plain else runtime_style)(facts, options, needs)
     ctx = RuleContext(facts, options, style.autocast)
@@ -68,6 +70,8 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         if options.casts_model and options.uses_master_weights:
             clip_master_weights(ctx, training.clips)
         checkpoint_scaler(ctx, checkpoints)
+    if options.reproducible:
+        seed_everything(ctx, analysis.entry, analysis.loaders, style.seeding)
     header = [ctx.parse_statement(code) for code in style.imports]
     for position, code in enumerate(style.definitions):
         line = ctx.parse_statement(code)

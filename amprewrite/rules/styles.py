@@ -19,6 +19,7 @@ class Needs:
     autocast: bool
     custom_functions: bool
     sharded: bool  # FSDP
+    reproducible: bool = False
 
 
 @dataclass
@@ -28,15 +29,17 @@ class Style:
     autocast: str = ""  # the context manager expression
     scaler: str = ""  # the scaler constructor expression
     decorators: Decorators | None = None
+    seeding: str = ""  # the local name of `enable_reproducibility`
 
 
 def runtime_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
     symbols = [name for name, used in (
         ("GradScaler", needs.scaler), ("autocast", needs.autocast),
         ("custom_bwd", needs.custom_functions), ("custom_fwd", needs.custom_functions),
+        ("enable_reproducibility", needs.reproducible),
     ) if used]
     import_code, local = runtime_import(facts, symbols)
-    style = Style(imports=[import_code])
+    style = Style(imports=[import_code], seeding=local.get("enable_reproducibility", ""))
     dtype = f'dtype="{options.dtype}"' if options.dtype else ""
     if needs.autocast:
         style.autocast = f"{local['autocast']}({dtype})"

@@ -1,0 +1,64 @@
+"""`--reproducible`: seed everything at the entry point; seed the training DataLoaders."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.entry_point import EntryPoint
+from amprewrite.analysis.facts import CallSite
+from amprewrite.analysis.scaler_home import fresh_name
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.transform import Insert, Replace
+
+
+def seed_everything(
+    ctx: RuleContext, entry: EntryPoint, loaders: list[CallSite], function_name: str
+) -> None:
+    name = fresh_name(ctx.facts, ("seeding", "reproducibility"))
+    code = f"{name} = {function_name}({ctx.options.seed})"
+    ctx.plan.inserts.append(Insert(entry.block, entry.index, [ctx.parse_statement(code)]))
+    anchor = entry.block.body[min(entry.index, len(entry.block.body) - 1)]
+    ctx.notes.append(Note("AMP501", anchor, f"`{code}` seeds random, numpy and torch and makes "
+                          "cuDNN and torch deterministic"))
+    for site in loaders:
+        if site.function is not entry.function or not _inside(entry, site, ctx):
+            ctx.notes.append(Note("AMP502", site.call, "training DataLoader outside the entry "
+                                  f"point: pass `generator=` and `worker_init_fn=` from `{name}` "
+                                  "to it by hand"))
+            continue
+        extra = [_keyword("generator", ctx.parse_expression(f"{name}.generator")),
+                 _keyword("worker_init_fn", ctx.parse_expression(f"{name}.worker_init_fn"))]
+        ctx.plan.replaces.append(Replace(site.call, _with_arguments(extra)))
+        ctx.notes.append(Note("AMP503", site.call, f"shuffled DataLoader seeded from `{name}` "
+                              "(`generator=`, `worker_init_fn=`)"))
+
+
+def _inside(entry: EntryPoint, site: CallSite, ctx: RuleContext) -> bool:
+    return any(ctx.facts.statements.get(s) is not None and ctx.facts.statements[s].block
+               is entry.block for s in ctx.facts.enclosing_statements(site.statement))
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value=value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                         whitespace_after=cst.SimpleWhitespace("")))
+
+
+def _with_arguments(extra: list[cst.Arg]):  # type: ignore[no-untyped-def]
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Call)
+        args = list(node.args)
+        last = args[-1]
+        if last.comma is cst.MaybeSentinel.DEFAULT:  # `DataLoader(ds, shuffle=True)`
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            args[-1] = last.with_changes(comma=comma)
+            extra[0] = extra[0].with_changes(comma=comma)
+            return node.with_changes(args=[*args, *extra])
+        # a trailing comma (often one argument per line): each new argument on its own line
+        separator = args[-2].comma if len(args) > 1 else last.comma
+        args[-1] = last.with_changes(comma=separator)
+        added = [extra[0].with_changes(comma=separator), extra[1].with_changes(comma=last.comma)]
+        return node.with_changes(args=[*args, *added])
+
+    return build
