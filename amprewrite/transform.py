@@ -70,7 +70,9 @@ def apply_edits(module: cst.Module, plan: Plan) -> cst.Module:
 class _Applier(cst.CSTTransformer):
     def __init__(self, plan: Plan) -> None:
         super().__init__()
-        self.replaces = {id(r.node): r.build for r in plan.replaces}
+        self.replaces: dict[int, list[Callable[[cst.CSTNode], cst.CSTNode]]] = {}
+        for replace in plan.replaces:  # several edits of one node apply in plan order
+            self.replaces.setdefault(id(replace.node), []).append(replace.build)
         self.wraps: dict[int, list[Wrap]] = {}
         for wrap in plan.wraps:
             self.wraps.setdefault(id(wrap.block), []).append(wrap)
@@ -81,9 +83,10 @@ class _Applier(cst.CSTTransformer):
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         updated = super().on_leave(original_node, updated_node)
-        build = self.replaces.get(id(original_node))
-        if build is not None and isinstance(updated, cst.CSTNode):
-            return build(updated)
+        for build in self.replaces.get(id(original_node), ()):
+            if not isinstance(updated, cst.CSTNode):
+                break  # removed or flattened: later edits of the node have nothing to act on
+            updated = build(updated)
         return updated
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:

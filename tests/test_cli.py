@@ -56,6 +56,10 @@ def fake_rewrite(source: bytes, options: Options) -> RewriteResult:
         raise KeyError("boom")
     if b"EMIT BROKEN" in source:
         return RewriteResult(b"def broken(:\n", [], True)
+    if b"EMIT TEXT" in source:
+        return RewriteResult("x = 1\n", [], True)  # type: ignore[arg-type]  # a broken contract
+    if b"UNREGISTERED" in source:
+        return RewriteResult(source, [Finding("AMP999", 1, 1, "a code missing from CODES")])
     findings = []
     if b"NOTE" in source:
         findings.append(Finding("AMP001", 1, 1, "no training step found"))
@@ -168,7 +172,17 @@ def test_a_missing_path_is_a_usage_error_and_nothing_is_processed(
     [changes] = _files(tmp_path, {"a.py": CHANGES})
     code, _, err = _run(str(changes), str(tmp_path / "nope.py"))
     assert code == 2
-    assert f"Error: no such file or directory: {tmp_path / 'nope.py'}" in err
+    assert f"Error: no such file or directory: '{tmp_path / 'nope.py'}'" in err
+    assert changes.read_bytes() == CHANGES
+
+
+def test_an_empty_path_is_missing_not_the_current_directory(
+    tmp_path: Path, fake_engine: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [changes] = _files(tmp_path, {"a.py": CHANGES})
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run("")
+    assert code == 2 and "no such file or directory: ''" in err
     assert changes.read_bytes() == CHANGES
 
 
@@ -286,6 +300,18 @@ def test_output_that_does_not_parse_is_never_written(tmp_path: Path, fake_engine
     assert "AMP004 internal error: the rewritten source does not parse" in err
     assert path.read_bytes() == UNPARSABLE_OUTPUT
     assert [p.name for p in tmp_path.iterdir()] == ["a.py"]
+
+
+def test_an_engine_breaking_its_contract_costs_one_file(
+    tmp_path: Path, fake_engine: None
+) -> None:
+    text, unregistered, _ = _files(
+        tmp_path, {"a.py": b"# EMIT TEXT\n", "b.py": b"# UNREGISTERED\n", "c.py": CHANGES})
+    code, out, err = _run("--diff", str(tmp_path))
+    assert code == 123
+    assert f"{text}:1:1: AMP004 internal error (TypeError: the engine returned str" in err
+    assert f"{unregistered}:1:1: AMP999 a code missing from CODES" in err
+    assert "+new()" in out
 
 
 def test_a_broken_symlink_found_by_walking_cannot_be_read(tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from amprewrite import fileio
-from amprewrite.fileio import WriteRefused, read_source, write_atomically
+from amprewrite import engine, fileio
+from amprewrite.engine import RewriteResult
+from amprewrite.fileio import ChangedOnDisk, UnparsableOutput, read_source, write_atomically
 from amprewrite.options import Options
 from amprewrite.runner import Status, process_file
 from tests.test_cli import TRAINING
@@ -95,7 +96,7 @@ def test_a_failed_write_is_reported_for_that_file(
 
 
 def test_broken_output_is_never_written(path: Path) -> None:
-    with pytest.raises(WriteRefused, match="does not parse"):
+    with pytest.raises(UnparsableOutput, match="does not parse"):
         write_atomically(path, b"def broken(:\n")
     assert path.read_bytes() == b"x = 1\n"
     assert _names(path.parent) == ["train.py"]
@@ -110,11 +111,25 @@ def test_a_read_only_file_is_refused_even_for_root(path: Path) -> None:
 
 
 def test_a_file_changed_meanwhile_is_not_overwritten(path: Path) -> None:
-    with pytest.raises(WriteRefused, match="changed on disk"):
+    with pytest.raises(ChangedOnDisk, match="changed on disk"):
         write_atomically(path, NEW, expected=b"x = 0\n")
     assert path.read_bytes() == b"x = 1\n"
     write_atomically(path, NEW, expected=b"x = 1\n")
     assert path.read_bytes() == NEW
+
+
+def test_an_edit_made_while_rewriting_wins(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def rewrite_slowly(source: bytes, options: Options) -> RewriteResult:
+        path.write_bytes(b"x = 'edited meanwhile'\n")  # an editor saves during the rewrite
+        return RewriteResult(NEW, [], True)
+
+    monkeypatch.setattr(engine, "rewrite_source", rewrite_slowly)
+    outcome = process_file(path, Options(), write=True, explicit=True)
+    assert outcome.status is Status.FAILED
+    assert "AMP004 not written: the file changed on disk" in outcome.findings[-1].format("p")
+    assert path.read_bytes() == b"x = 'edited meanwhile'\n"
 
 
 def test_a_symlink_is_written_through(tmp_path: Path) -> None:

@@ -27,7 +27,9 @@ class AmpUsage:
     unwrap: list[cst.With | cst.If] = field(default_factory=list)  # blocks to replace by bodies
     calls: list[cst.Call] = field(default_factory=list)  # scale(...).backward(), step(opt)
     scaled_arguments: list[cst.Call] = field(default_factory=list)  # `scaler.scale(x)` as an arg
-    scaler_keywords: list[tuple[cst.Call, cst.Arg]] = field(default_factory=list)  # scaler=...
+    # `scaler=scaler`, `generator=seeding.generator`: keyword arguments to remove
+    removed_keywords: list[tuple[cst.Call, cst.Arg]] = field(default_factory=list)
+    seeding: set[str] = field(default_factory=set)  # keys holding enable_reproducibility()
     # checkpoint entries: (the dict literal or `dict(...)` call, the scaler's element in it)
     entries: list[tuple[cst.Dict | cst.Call, cst.DictElement | cst.Arg]] = field(
         default_factory=list)
@@ -47,6 +49,12 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
             value = value.args[0].value  # Determined: `context.wrap_scaler(GradScaler())`
         if isinstance(value, cst.Call) and _is_scaler_class(value.func, facts):
             usage.scalers.update(binding.keys)
+            usage.statements.append(binding.statement)
+    for binding in facts.bindings:
+        value = binding.value
+        if isinstance(value, cst.Call) and facts.imports.resolve(
+                value.func) == "amprewrite_runtime.enable_reproducibility":
+            usage.seeding.update(binding.keys)
             usage.statements.append(binding.statement)
     devices = _autocast_devices(facts)
     for binding in facts.bindings:
@@ -83,17 +91,19 @@ def _classify_call(
     models: dict[str, str],
 ) -> None:
     func = call.func
-    if not isinstance(func, cst.Attribute):
-        return
-    owner = dotted(func.value)
-    method = func.attr.value
+    method = func.attr.value if isinstance(func, cst.Attribute) else ""
     for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "scaler" and dotted(
-                arg.value) in usage.scalers:
-            usage.scaler_keywords.append((call, arg))  # `step_optimizer(opt, scaler=scaler)`
+        value = dotted(arg.value) or ""
+        if arg.keyword is not None and (
+                (arg.keyword.value == "scaler" and value in usage.scalers)
+                or value.split(".")[0] in usage.seeding):
+            usage.removed_keywords.append((call, arg))  # `step_optimizer(opt, scaler=scaler)`
         elif (method == "backward" and isinstance(arg.value, cst.Call)
               and _is_scale_call(arg.value, usage)):
             usage.scaled_arguments.append(arg.value)  # `context.backward(scaler.scale(loss))`
+    if not isinstance(func, cst.Attribute):
+        return
+    owner = dotted(func.value)
     if owner in usage.scalers:
         if method == "step":
             usage.calls.append(call)

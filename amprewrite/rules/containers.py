@@ -38,12 +38,14 @@ def insert_after(
 
 
 def without(container: Container, item: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:
-    """A builder removing `item`; when it was last, the new last item takes its comma."""
+    """A builder removing `item` (found by structure, so other edits of the same container may
+    come first); when it was last, the new last item takes its comma."""
     attribute = _attribute(container)
-    position = list(getattr(container, attribute)).index(item)
 
     def build(node: cst.CSTNode) -> cst.CSTNode:
         items = list(getattr(node, attribute))
+        position = next(i for i, candidate in enumerate(items)
+                        if candidate.deep_equals(item.with_changes(comma=candidate.comma)))
         removed = items.pop(position)
         if position == len(items) and position > 0:
             items[-1] = items[-1].with_changes(comma=removed.comma)

@@ -26,7 +26,7 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
         ctx.plan.replaces.append(Replace(call, _plain_call))
     for call in usage.scaled_arguments:
         ctx.plan.replaces.append(Replace(call, lambda node: node.args[0].value))
-    for call, keyword in usage.scaler_keywords:
+    for call, keyword in usage.removed_keywords:
         ctx.plan.replaces.append(Replace(call, without(call, keyword)))
     for container, entry in usage.entries:
         ctx.plan.replaces.append(Replace(container, without(container, entry)))
