@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import click
 
 from amprewrite import __version__
+from amprewrite.config import ConfigError, find_pyproject, read_config
 from amprewrite.discovery import discover
+from amprewrite.filters import keep_findings
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
+from amprewrite.output_formats import print_github, print_json
+from amprewrite.parallel import run_files
 from amprewrite.report import (
     Verbosity,
     exit_code,
@@ -18,7 +23,7 @@ from amprewrite.report import (
     report_order,
     summary,
 )
-from amprewrite.runner import FileOutcome, Status, process_file, process_source
+from amprewrite.runner import FileOutcome, Status, process_source
 
 STDIN = "-"
 
@@ -46,11 +51,28 @@ STDIN = "-"
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when files were rewritten.")
 @click.option("--stdin-filename", default=STDIN, metavar="NAME",
               help="Name shown for `-` in findings and diffs.")
+@click.option("--exclude", default=None, metavar="REGEX",
+              help="Files and directories to leave out of directory walks (replaces the "
+                   "config's).")
+@click.option("--extend-exclude", default=None, metavar="REGEX",
+              help="More files and directories to leave out, on top of --exclude.")
+@click.option("--select", default=None, metavar="CODES",
+              help="Report only findings whose code starts with one of these (comma-separated).")
+@click.option("--ignore", default=None, metavar="CODES",
+              help="Do not report findings whose code starts with one of these.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Files processed in parallel (default: all cores).")
+@click.option("--output-format", type=click.Choice(["text", "json", "github"]), default="text",
+              show_default=True, help="How findings are reported.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="pyproject.toml to read [tool.amprewrite] from.")
 @click.option("-q", "--quiet", is_flag=True, help="Report errors only; no summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Report every finding and each file.")
 @click.version_option(__version__, "--version", prog_name="amprewrite",
                       message="%(prog)s %(version)s")
+@click.pass_context
 def main(
+    ctx: click.Context,
     paths: tuple[str, ...],
     opt_level: str,
     dtype: str | None,
@@ -64,6 +86,13 @@ def main(
     check: bool,
     exit_zero: bool,
     stdin_filename: str,
+    exclude: str | None,
+    extend_exclude: str | None,
+    select: str | None,
+    ignore: str | None,
+    jobs: int | None,
+    output_format: str,
+    config_path: Path | None,
     quiet: bool,
     verbose: bool,
 ) -> None:
@@ -75,22 +104,63 @@ def main(
     Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
     0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written.
     """
-    options = Options(opt_level, dtype, plain, keep_batchnorm_fp32, master_weights, loss_scale,
-                      reproducible=reproducible, seed=seed)
+    settings = _settings(ctx, paths, config_path)
+    options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
+                      settings["keep_batchnorm_fp32"], settings["master_weights"],
+                      settings["loss_scale"], reproducible=settings["reproducible"],
+                      seed=settings["seed"])
     _refuse_bad_usage(paths, options, quiet and verbose)
     verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
     write = not (check or show_diff)
     outcomes = [_stdin(stdin_filename, options, write)] if STDIN in paths else []
-    targets = discover([Path(path) for path in paths if path != STDIN])
-    outcomes.extend(process_file(target.path, options, write, target.explicit)
-                    for target in targets)
-    for outcome in report_order(outcomes):
-        report_findings(outcome, verbosity, would=not write)
-        if show_diff and outcome.status is Status.CHANGED:
-            print_diff(outcome)
-    if verbosity is not Verbosity.QUIET:
-        click.echo(summary(outcomes, would=not write), err=True)
+    excludes = _patterns(settings["exclude"], settings["extend_exclude"])
+    targets = discover([Path(path) for path in paths if path != STDIN], excludes)
+    outcomes.extend(run_files(targets, options, write, jobs, progress=output_format == "text"))
+    codes = _codes(settings["select"]), _codes(settings["ignore"])
+    outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
+    text = summary(outcomes, would=not write)
+    if output_format == "json":
+        print_json(outcomes, not write, text)
+    elif output_format == "github":
+        print_github(outcomes)
+    else:
+        for outcome in outcomes:
+            report_findings(outcome, verbosity, would=not write)
+            if show_diff and outcome.status is Status.CHANGED:
+                print_diff(outcome)
+        if verbosity is not Verbosity.QUIET:
+            click.echo(text, err=True)
     sys.exit(exit_code(outcomes, exit_zero))
+
+
+_CONFIGURABLE = ("opt_level", "dtype", "plain", "keep_batchnorm_fp32", "master_weights",
+                 "loss_scale", "reproducible", "seed", "exclude", "extend_exclude", "select",
+                 "ignore")
+
+
+def _settings(ctx: click.Context, paths: tuple[str, ...], config_path: Path | None) -> dict:
+    """Command-line values, with [tool.amprewrite] filling what the command line left out."""
+    settings = {name: ctx.params[name] for name in _CONFIGURABLE}
+    try:
+        pyproject = config_path or find_pyproject([Path(p) for p in paths if p != STDIN])
+        config = read_config(pyproject) if pyproject is not None else {}
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    for name, value in config.items():
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
+            settings[name] = ",".join(value) if isinstance(value, list) else value
+    return settings
+
+
+def _patterns(*patterns: str | None) -> tuple[re.Pattern[str], ...]:
+    try:
+        return tuple(re.compile(p) for p in patterns if p)
+    except re.error as exc:
+        raise click.UsageError(f"invalid exclude pattern: {exc}") from exc
+
+
+def _codes(value: str | None) -> tuple[str, ...]:
+    return tuple(c.strip() for c in (value or "").split(",") if c.strip())
 
 
 def _refuse_bad_usage(paths: tuple[str, ...], options: Options, quiet_and_verbose: bool) -> None:

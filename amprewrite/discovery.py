@@ -1,10 +1,14 @@
-"""Which files to process: explicit paths always; directories walked for `*.py`, sorted."""
+"""Which files to process: explicit paths always; directories walked for `*.py`, sorted,
+honouring `.gitignore` files and the `exclude` / `extend-exclude` patterns."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import NamedTuple
+
+import pathspec
 
 # Never descended into when walking a directory (hidden directories are skipped as well, and so
 # is any directory holding a `pyvenv.cfg`, i.e. a virtual environment under any name).
@@ -20,17 +24,19 @@ class Target(NamedTuple):
     explicit: bool  # named on the command line, not found by walking a directory
 
 
-def discover(paths: list[Path]) -> list[Target]:
+def discover(paths: list[Path], excludes: tuple[re.Pattern[str], ...] = ()) -> list[Target]:
     """Files to process, in a deterministic order, each once.
 
     A path named explicitly is processed whatever its suffix; a directory contributes its
-    `*.py` files in sorted order. A file reached twice keeps its first position and counts as
-    explicit if it was ever named explicitly.
+    `*.py` files in sorted order, minus what `.gitignore` files and `excludes` (regular
+    expressions searched in the `/`-separated path relative to the walked directory, with a
+    leading `/`, as black does) leave out. A file reached twice keeps its first position and
+    counts as explicit if it was ever named explicitly.
     """
     found: dict[Path, Target] = {}
     for path in paths:
         walked = path.is_dir()
-        for candidate in _walk(path) if walked else [path]:
+        for candidate in _walk(path, excludes) if walked else [path]:
             key = candidate.resolve()
             if key not in found:
                 found[key] = Target(candidate, not walked)
@@ -50,9 +56,31 @@ def skipped(directory: Path) -> bool:
     )
 
 
-def _walk(directory: Path) -> list[Path]:
+def _walk(top: Path, excludes: tuple[re.Pattern[str], ...]) -> list[Path]:
     files: list[Path] = []
-    for root, dirnames, filenames in os.walk(directory):  # symlinked directories not followed
-        dirnames[:] = sorted(d for d in dirnames if not skipped(Path(root) / d))
-        files.extend(Path(root) / name for name in filenames if name.endswith(".py"))
+    ignores: list[tuple[Path, pathspec.PathSpec]] = []
+    for root, dirnames, filenames in os.walk(top):  # symlinked directories not followed
+        here = Path(root)
+        if ".gitignore" in filenames:
+            lines = (here / ".gitignore").read_text(errors="replace").splitlines()
+            ignores.append((here, pathspec.GitIgnoreSpec.from_lines(lines)))
+
+        def left_out(path: Path, is_dir: bool) -> bool:
+            relative = "/" + path.relative_to(top).as_posix() + ("/" if is_dir else "")
+            if any(pattern.search(relative) for pattern in excludes):
+                return True
+            return any(_ignored(spec, base, path, is_dir) for base, spec in ignores)
+
+        dirnames[:] = sorted(d for d in dirnames
+                             if not skipped(here / d) and not left_out(here / d, True))
+        files.extend(here / name for name in filenames
+                     if name.endswith(".py") and not left_out(here / name, False))
     return sorted(files)
+
+
+def _ignored(spec: pathspec.PathSpec, base: Path, path: Path, is_dir: bool) -> bool:
+    try:
+        relative = path.relative_to(base).as_posix()
+    except ValueError:
+        return False
+    return spec.match_file(relative + "/" if is_dir else relative)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import io
 import re
+import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +31,9 @@ from amprewrite.rules.revert import revert_to_fp32
 from amprewrite.rules.trainer_apis import adopt_trainer_apis
 from amprewrite.transform import Insert, apply_edits
 
+# A file that mentions none of these cannot hold a training step amprewrite would rewrite.
+_MAY_TRAIN = re.compile(rb"torch|backward|lightning|accelerate|apex|determined|enchanter|ray")
+
 
 @dataclass
 class RewriteResult:
@@ -50,6 +55,10 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     problem = validate(options)
     if problem is not None:
         raise ValueError(problem)
+    _check_decodes(source)
+    if not _MAY_TRAIN.search(source):  # most files of a repository: no need to parse them
+        message = "no torch, backward or training framework in this file; skipped"
+        return RewriteResult(source, [Finding("AMP001", 1, 1, message)])
     module = _parse(source)
     analysis = analyse(module)
     if analysis.apex or analysis.ray:
@@ -166,9 +175,22 @@ def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult
     return RewriteResult(new_source, _locate(module, ctx.notes), new_source != source)
 
 
-def _parse(source: bytes) -> cst.Module:
+def _check_decodes(source: bytes) -> None:
+    """Binary or undecodable files fail clearly, before the cheap pre-filter skips them."""
     if b"\x00" in source:
         raise RewriteError(Finding("AMP004", 1, 1, "binary file (contains NUL bytes); skipped"))
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        source.decode(encoding)
+    except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
+        raise RewriteError(Finding("AMP004", 1, 1, _UNDECODABLE)) from exc
+
+
+_UNDECODABLE = ("cannot decode: not UTF-8 and no valid `# -*- coding: ... -*-` declaration; "
+                "file left unchanged")
+
+
+def _parse(source: bytes) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -177,9 +199,7 @@ def _parse(source: bytes) -> cst.Module:
         message = "syntax error; amprewrite reads Python 3 source, file left unchanged"
         raise RewriteError(Finding("AMP003", line, col, message)) from exc
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
-        message = ("cannot decode: not UTF-8 and no valid `# -*- coding: ... -*-` declaration; "
-                   "file left unchanged")
-        raise RewriteError(Finding("AMP004", 1, 1, message)) from exc
+        raise RewriteError(Finding("AMP004", 1, 1, _UNDECODABLE)) from exc
 
 
 def _check_parses(source: bytes) -> None:

@@ -1,0 +1,78 @@
+"""`[tool.amprewrite]` in pyproject.toml, found by walking up from the inputs (as black does).
+
+The command line wins over the file. Keys use the command line's spelling (`opt-level`,
+`extend-exclude`, ...); an unknown key is a configuration error (exit 2) naming the key.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+KEYS = {
+    "opt-level": str, "dtype": str, "plain": bool, "keep-batchnorm-fp32": bool,
+    "master-weights": bool, "loss-scale": (str, int, float), "reproducible": bool, "seed": int,
+    "exclude": str, "extend-exclude": str, "select": list, "ignore": list,
+}
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says why."""
+
+
+def find_pyproject(inputs: list[Path]) -> Path | None:
+    """The nearest pyproject.toml with a [tool.amprewrite] table above the inputs' common
+    directory, not looking past the repository root (.git / .hg)."""
+    resolved = [p.resolve() for p in inputs] or [Path.cwd()]
+    directory = Path(*_common_parts(resolved))
+    if not directory.is_dir():
+        directory = directory.parent
+    for candidate in (directory, *directory.parents):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file() and "amprewrite" in _load(pyproject).get("tool", {}):
+            return pyproject
+        if (candidate / ".git").exists() or (candidate / ".hg").exists():
+            return None
+    return None
+
+
+def read_config(pyproject: Path) -> dict[str, Any]:
+    """The [tool.amprewrite] table, keys as click parameter names (`opt_level`)."""
+    table = _load(pyproject).get("tool", {}).get("amprewrite", {})
+    settings: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in KEYS:
+            known = ", ".join(sorted(KEYS))
+            raise ConfigError(f"unknown key {key!r} in [tool.amprewrite] of {pyproject} "
+                              f"(known: {known})")
+        if not isinstance(value, KEYS[key]) or (KEYS[key] is int and isinstance(value, bool)):
+            raise ConfigError(f"[tool.amprewrite] {key} in {pyproject} has the wrong type "
+                              f"({type(value).__name__})")
+        settings[key.replace("-", "_")] = str(value) if key == "loss-scale" else value
+    return settings
+
+
+def _load(pyproject: Path) -> dict[str, Any]:
+    try:
+        with pyproject.open("rb") as stream:
+            return tomllib.load(stream)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {pyproject}: {exc}") from exc
+
+
+def _common_parts(paths: list[Path]) -> tuple[str, ...]:
+    parts = paths[0].parts
+    for path in paths[1:]:
+        common = 0
+        for left, right in zip(parts, path.parts, strict=False):
+            if left != right:
+                break
+            common += 1
+        parts = parts[:common]
+    return parts

@@ -1,0 +1,44 @@
+"""Machine-readable reports: `--output-format json` and `--output-format github`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from amprewrite.findings import CODES, Severity
+from amprewrite.report import status_text
+from amprewrite.runner import FileOutcome
+
+_GITHUB_LEVEL = {Severity.ERROR: "error", Severity.SKIP: "warning", Severity.CHANGE: "notice",
+                 Severity.NOTE: "notice"}
+
+
+def print_json(outcomes: list[FileOutcome], would: bool, summary: str) -> None:
+    """One JSON document on stdout: every file, its status and its findings."""
+    document = {
+        "files": [
+            {
+                "path": outcome.path,
+                "status": status_text(outcome.status, would),
+                "findings": [
+                    {"code": f.code, "line": f.line, "column": f.col, "message": f.message,
+                     "severity": CODES[f.code].severity.value if f.code in CODES else "change"}
+                    for f in outcome.findings
+                ],
+            }
+            for outcome in outcomes
+        ],
+        "summary": summary,
+    }
+    click.echo(json.dumps(document, indent=2))
+
+
+def print_github(outcomes: list[FileOutcome]) -> None:
+    """GitHub Actions workflow commands: annotations on the pull request's diff."""
+    for outcome in outcomes:
+        for f in outcome.findings:
+            severity = CODES[f.code].severity if f.code in CODES else Severity.CHANGE
+            message = f.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+            click.echo(f"::{_GITHUB_LEVEL[severity]} file={outcome.path},line={f.line},"
+                       f"col={f.col},title={f.code}::{message}")
