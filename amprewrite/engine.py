@@ -14,21 +14,25 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amprewrite.analysis import ModuleAnalysis, analyse
 from amprewrite.analysis.amp_usage import amp_usage
+from amprewrite.analysis.lint import lint
 from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options, validate
+from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.framework_switch import (
     switch_off_mixed_precision,
     switch_on_mixed_precision,
 )
 from amprewrite.rules.imports import torch_name
+from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
 from amprewrite.rules.migrate_apex import remove_apex
 from amprewrite.rules.migrate_cuda_amp import migrate_cuda_amp
 from amprewrite.rules.migrate_ray import remove_ray_amp
 from amprewrite.rules.recipe import plan_rewrite
 from amprewrite.rules.revert import revert_to_fp32
 from amprewrite.rules.trainer_apis import adopt_trainer_apis
+from amprewrite.rules.unscaling import unscale_before_use
 from amprewrite.transform import Insert, apply_edits
 
 # A file that mentions none of these cannot hold a training step amprewrite would rewrite.
@@ -74,8 +78,7 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
         migrate_cuda_amp(ctx, analysis.deprecated)
         return _apply(module, source, ctx)
     if analysis.existing_amp is not None:
-        message = f"file already uses mixed precision (`{analysis.existing_amp}`); left unchanged"
-        return RewriteResult(source, [Finding("AMP002", 1, 1, message)])
+        return _lint(module, source, analysis, options)
     if options.opt_level == "O0":
         message = "opt level O0 is FP32 training: nothing to change"
         return RewriteResult(source, [Finding("AMP001", 1, 1, message)])
@@ -90,6 +93,27 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     _check_parses(new_source)
     notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]
     return RewriteResult(new_source, _locate(module, notes), new_source != source)
+
+
+def _lint(
+    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
+) -> RewriteResult:
+    """A file that already uses AMP: report its AMP mistakes and fix the fixable ones."""
+    found = lint(analysis.facts, analysis.kinds, amp_usage(analysis.facts), analysis.checkpoints)
+    ctx = RuleContext(analysis.facts, options, "", scaler_expr=found.scaler)
+    if found.scaler is not None:
+        scale_backwards(ctx, found.unscaled_backwards)
+        route_steps(ctx, found.bypassing_steps)
+        add_updates(ctx, found.missing_update_after)
+        unscale_before_use(ctx, found.missing_unscales)
+        if found.checkpoints is not None:
+            checkpoint_scaler(ctx, found.checkpoints)
+    ctx.notes = found.notes  # the mistakes, not the rules' own account of the fixes
+    result = _apply(module, source, ctx)
+    if not result.changed:
+        message = f"file already uses mixed precision (`{analysis.existing_amp}`); left unchanged"
+        result.findings.append(Finding("AMP002", 1, 1, message))
+    return result
 
 
 def _revert(

@@ -14,6 +14,7 @@ class Severity(str, Enum):
     CHANGE = "change"  # the rewrite changed something here
     SKIP = "skip"  # a site the rewrite saw and deliberately left alone
     NOTE = "note"  # information about the whole file
+    LINT = "lint"  # an AMP mistake in code that already uses AMP: fails --check
     ERROR = "error"  # the file could not be processed
 
 
@@ -147,6 +148,26 @@ CODES: dict[str, Code] = {
     "AMP208": Code(Severity.SKIP, "`torch.autograd.grad` in a training step",
                    "Left unscaled: results stay correct, but float16 gradients may underflow. "
                    "Scale the outputs and unscale the gradients as in the AMP recipe."),
+    # AMP mistakes in code that already uses AMP (fixed by a normal run where marked).
+    "AMP601": Code(Severity.LINT, "optimizer step bypasses the grad scaler",
+                   "Fixed: `scaler.step(optimizer)`, so inf/NaN steps are skipped and gradients "
+                   "are unscaled."),
+    "AMP602": Code(Severity.LINT, "`scaler.step` without `scaler.update`",
+                   "Fixed: `scaler.update()` after the last step, or the scale never adapts."),
+    "AMP603": Code(Severity.LINT, "clipping without `unscale_`",
+                   "Fixed: `scaler.unscale_(optimizer)` before clipping, which otherwise acts on "
+                   "scaled gradients."),
+    "AMP604": Code(Severity.LINT, "backward inside autocast",
+                   "Move `.backward()` after the `with autocast():` block (the AMP recipe)."),
+    "AMP605": Code(Severity.LINT, "checkpoint without the scaler's state",
+                   "Fixed: the scaler's `state_dict()` is saved next to the optimizer's."),
+    "AMP607": Code(Severity.LINT, "binary cross-entropy inside autocast",
+                   "It raises on CUDA: use `BCEWithLogitsLoss`, or compute it outside the region "
+                   "on float32 inputs."),
+    "AMP608": Code(Severity.LINT, "manual half-precision cast next to a grad scaler",
+                   "GradScaler cannot unscale float16 gradients: remove the cast."),
+    "AMP609": Code(Severity.LINT, "unscaled backward in a script that scales",
+                   "Fixed: `scaler.scale(loss).backward()` (a backward added after the rewrite)."),
 }
 
 

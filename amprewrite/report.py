@@ -28,11 +28,15 @@ class Verbosity(enum.IntEnum):
 
 
 def exit_code(outcomes: Iterable[FileOutcome], exit_zero: bool) -> int:
-    """123 when any file failed, else 1 when any changed (0 with `exit_zero`), else 0."""
+    """123 when any file failed, else 1 when any changed or holds an AMP mistake (0 with
+    `exit_zero`), else 0."""
+    outcomes = list(outcomes)
     statuses = {outcome.status for outcome in outcomes}
     if Status.FAILED in statuses:
         return EXIT_FAILED
-    if Status.CHANGED in statuses and not exit_zero:
+    mistakes = any(CODES.get(f.code) is not None and CODES[f.code].severity is Severity.LINT
+                   for outcome in outcomes for f in outcome.findings)
+    if (Status.CHANGED in statuses or mistakes) and not exit_zero:
         return EXIT_CHANGED
     return EXIT_NOTHING_TO_CHANGE
 

@@ -108,3 +108,34 @@ def test_github_annotations(project: Path) -> None:
 def test_files_without_torch_are_skipped_before_parsing() -> None:
     result = rewrite_source(b"def broken(:\n", Options())  # not parsed, so no syntax error
     assert not result.changed and result.findings[0].code == "AMP001"
+
+
+AMP_WITH_BACKWARD_INSIDE = b"""import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in batches:
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def test_check_fails_on_an_amp_mistake_it_cannot_fix(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_bytes(AMP_WITH_BACKWARD_INSIDE)
+    code, _, err = _run("--check", str(path))
+    assert code == 1 and "AMP604 backward runs inside an autocast region" in err
+    assert _run(str(path))[0] == 1  # not fixable: a normal run fails the same way
+    assert path.read_bytes() == AMP_WITH_BACKWARD_INSIDE
+
+
+def test_an_ignore_comment_accepts_a_mistake(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_bytes(AMP_WITH_BACKWARD_INSIDE.replace(
+        b"scaler.scale(loss).backward()\n",
+        b"scaler.scale(loss).backward()  # amprewrite: ignore[AMP604]\n"))
+    assert _run("--check", str(path))[0] == 0

@@ -1,0 +1,121 @@
+"""AMP mistakes in code that already uses AMP (`--check` reports them; a normal run fixes the
+fixable ones with the script's own scaler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.amp_usage import AmpUsage
+from amprewrite.analysis.checkpoints import Checkpoints
+from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
+from amprewrite.analysis.hazards import manual_casts
+from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.names import dotted
+from amprewrite.analysis.statements import is_backward_call, is_step_call
+from amprewrite.analysis.training_step import Note
+from amprewrite.analysis.unsafe_losses import unsafe_calls
+from amprewrite.analysis.unscaling import Unscale, gradient_uses
+
+
+@dataclass
+class Lint:
+    scaler: str | None  # the script's scaler (the first one), which fixes use
+    notes: list[Note] = field(default_factory=list)  # every mistake found
+    unscaled_backwards: list[CallSite] = field(default_factory=list)  # fixable: scale them
+    bypassing_steps: list[CallSite] = field(default_factory=list)  # fixable: scaler.step(opt)
+    missing_update_after: list[CallSite] = field(default_factory=list)  # fixable: update()
+    missing_unscales: list[Unscale] = field(default_factory=list)  # fixable: unscale_ first
+    checkpoints: Checkpoints | None = None  # fixable: saves without the scaler's state
+
+
+def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoints) -> Lint:
+    scaler = min(usage.scalers, default=None)
+    found = Lint(scaler)
+    autocast_blocks = [w for w in usage.unwrap if isinstance(w, cst.With)]
+    for site in facts.calls:
+        inside = _inside_autocast(site.statement, autocast_blocks, facts)
+        if is_backward_call(site.call) and inside:
+            found.notes.append(Note("AMP604", site.call, "backward runs inside an autocast "
+                                    "region; move it after the `with` block"))
+        if inside and site.call in unsafe_calls(site.call, facts, kinds):
+            found.notes.append(Note("AMP607", site.call, "binary cross-entropy inside autocast "
+                                    "raises on CUDA; use `BCEWithLogitsLoss` or compute it "
+                                    "outside on float32 inputs"))
+    if scaler is None:
+        return found
+    found.notes.extend(Note("AMP608", n.node, f"{n.message.split(';')[0]} next to a grad scaler"
+                            "; GradScaler cannot unscale float16 gradients")
+                       for n in manual_casts(facts))
+    scaled_steps = [s for s in facts.calls if _scaler_call(s.call, usage, "step")]
+    updates = [s for s in facts.calls if _scaler_call(s.call, usage, "update")]
+    unscales = [s for s in facts.calls if _scaler_call(s.call, usage, "unscale_")]
+    training = {s.function for s in scaled_steps}
+    for site in facts.calls:
+        if is_backward_call(site.call) and not site.call.args and site.function in training:
+            receiver = site.call.func.value  # type: ignore[attr-defined]
+            if not (isinstance(receiver, cst.Call) and _scaler_call(receiver, usage, "scale")):
+                found.unscaled_backwards.append(site)
+                found.notes.append(Note("AMP609", site.call, "unscaled backward in a script "
+                                        f"that scales its losses: use `{scaler}.scale(...)`"))
+        elif (is_step_call(site.call) and not site.call.args
+              and kinds.of_expr(site.call.func.value) is Kind.OPTIMIZER  # type: ignore[attr-defined]
+              and site.function in training):
+            found.bypassing_steps.append(site)
+            found.notes.append(Note("AMP601", site.call, "optimizer step bypasses the grad "
+                                    f"scaler: use `{scaler}.step(...)`"))
+    if scaled_steps and not updates:
+        last = max([*scaled_steps, *found.bypassing_steps], key=lambda s: facts.order[s.statement])
+        found.missing_update_after.append(last)
+        found.notes.append(Note("AMP602", scaled_steps[-1].call, f"`{scaler}.step` without "
+                                f"`{scaler}.update()`: the scale never adapts"))
+    backwards = [s for s in facts.calls if is_backward_call(s.call)]
+    points, _ = gradient_uses(scaled_steps, backwards, facts)
+    for point in points:
+        if point.reason == "gradient clipping" and not _unscaled_before(point, unscales, facts):
+            stepped = _optimizer_of(point, scaled_steps)
+            optimizer = dotted(stepped) or "optimizer"
+            found.missing_unscales.append(Unscale(point.statement, stepped, point.reason))
+            found.notes.append(Note("AMP603", point.statement, "clipping scaled gradients: "
+                                    f"call `{scaler}.unscale_({optimizer})` first"))
+    unsaved = [s for s in saved.saved if not _saves_scaler(s.container, usage)]
+    if unsaved:
+        found.checkpoints = Checkpoints(unsaved, [], saved.key)
+        found.notes.extend(Note("AMP605", s.entry, "checkpoint saves the optimizer but not the "
+                                "grad scaler's state") for s in unsaved)
+    return found
+
+
+def _scaler_call(call: cst.Call, usage: AmpUsage, method: str) -> bool:
+    func = call.func
+    return (isinstance(func, cst.Attribute) and func.attr.value == method
+            and dotted(func.value) in usage.scalers)
+
+
+def _inside_autocast(statement: Statement, blocks: list[cst.With], facts: ModuleFacts) -> bool:
+    return any(outer in blocks for outer in facts.enclosing_statements(statement)[1:])
+
+
+def _unscaled_before(point: Unscale, unscales: list[CallSite], facts: ModuleFacts) -> bool:
+    return any(facts.order[u.statement] < facts.order[point.statement] for u in unscales)
+
+
+def _optimizer_of(point: Unscale, steps: list[CallSite]) -> cst.BaseExpression:
+    """`scaler.step(opt)`: the unscale point's optimizer expression is the scaler; use `opt`."""
+    for step in steps:
+        if step.call.func.value is point.optimizer and step.call.args:  # type: ignore[attr-defined]
+            return step.call.args[0].value
+    return point.optimizer
+
+
+def _saves_scaler(container: cst.CSTNode | None, usage: AmpUsage) -> bool:
+    if container is None:
+        return True  # `state["optimizer"] = ...` lines: not checked
+    stack: list[cst.CSTNode] = [container]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call) and _scaler_call(node, usage, "state_dict"):
+            return True
+        stack.extend(node.children)
+    return False
