@@ -1,0 +1,127 @@
+"""amprewrite never breaks a user's code: static only, atomic under interruption, no crash on
+real code, a clear outcome for every kind of bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from amprewrite.engine import RewriteError, rewrite_source
+from amprewrite.options import Options
+from tests.test_cli import TRAINING
+
+SIDE_EFFECTS = b"""import pathlib
+import torch
+pathlib.Path(%r).write_text("imported!")
+raise SystemExit("amprewrite ran me")
+
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss = model(torch.randn(3, 2)).sum()
+loss.backward()
+optimizer.step()
+"""
+
+
+def test_the_codemod_never_imports_or_runs_the_script(tmp_path: Path) -> None:
+    marker = tmp_path / "marker.txt"
+    script = tmp_path / "train.py"
+    script.write_bytes(SIDE_EFFECTS % str(marker).encode())
+    result = subprocess.run([sys.executable, "-m", "amprewrite", str(script)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 1, result.stderr
+    assert not marker.exists()
+    assert b"scaler.scale(loss).backward()" in script.read_bytes()
+
+
+def test_the_codemod_does_not_import_torch() -> None:
+    code = "import sys, amprewrite.cli, amprewrite.engine; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_run_leaves_each_file_original_or_rewritten(
+    tmp_path: Path, signal_number: int
+) -> None:
+    expected = rewrite_source(TRAINING, Options()).source
+    files = []
+    for index in range(300):
+        path = tmp_path / f"train_{index:03d}.py"
+        path.write_bytes(TRAINING + b"# %d\n" % index)
+        files.append(path)
+    process = subprocess.Popen([sys.executable, "-m", "amprewrite", "--jobs", "1", "-q",
+                                str(tmp_path)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+            p.read_bytes().startswith(expected[:40]) and b"scaler" in p.read_bytes()
+            for p in files[:20]):
+        time.sleep(0.01)
+    process.send_signal(signal_number)
+    process.wait(timeout=60)
+    rewritten = 0
+    for index, path in enumerate(files):
+        data = path.read_bytes()
+        suffix = b"# %d\n" % index
+        assert data in (TRAINING + suffix, expected + suffix), path
+        rewritten += data == expected + suffix
+    assert 0 < rewritten < len(files), "the run was not interrupted midway"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def _sample(root: Path, count: int) -> list[Path]:
+    files = sorted(root.rglob("*.py"))
+    return files[:: max(1, len(files) // count)][:count]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "root", [Path(torch.__file__).parent, Path(sysconfig.get_paths()["stdlib"])],
+    ids=["torch", "stdlib"],
+)
+def test_real_code_never_crashes_and_untouched_files_come_back_identical(root: Path) -> None:
+    for path in _sample(root, 120):
+        source = path.read_bytes()
+        try:
+            result = rewrite_source(source, Options())
+        except RewriteError as exc:  # a clear finding (e.g. Python 2 test data), never a crash
+            assert exc.finding.code in ("AMP003", "AMP004"), path
+            continue
+        if result.changed:
+            compile(result.source, str(path), "exec")
+        else:
+            assert result.source == source, path
+
+
+def test_a_very_long_file_is_rewritten(tmp_path: Path) -> None:
+    filler = b"".join(b"def helper_%d(x):\n    return x + %d\n\n\n" % (i, i) for i in range(3000))
+    result = rewrite_source(filler + TRAINING, Options())
+    assert result.changed and filler in result.source
+    compile(result.source, "long.py", "exec")
+
+
+def test_an_empty_file_is_left_alone() -> None:
+    result = rewrite_source(b"", Options())
+    assert not result.changed and result.source == b""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+def test_sigint_exits_without_a_traceback(tmp_path: Path) -> None:
+    for index in range(200):
+        (tmp_path / f"t{index}.py").write_bytes(TRAINING)
+    process = subprocess.Popen([sys.executable, "-m", "amprewrite", "--jobs", "1", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert "Traceback" not in err
