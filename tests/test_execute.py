@@ -137,3 +137,35 @@ def test_migrated_apex_script_runs_without_apex(level: str, tmp_path) -> None:
     resumed = run_script(script, ["--opt-level", level, "--resume", str(checkpoint)])
     assert resumed.ok, resumed.explain()
     assert resumed.losses[0] < amp.losses[0]  # it starts from the trained weights
+
+
+LEGACY_AMP = b'''import torch
+from torch.cpu.amp import autocast
+from torch.cuda.amp import GradScaler
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+scaler = GradScaler(enabled=torch.cuda.is_available())
+x, y = torch.randn(64, 8), torch.randn(64, 1)
+for _ in range(5):
+    optimizer.zero_grad()
+    with autocast(True, torch.bfloat16):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+'''
+
+
+def test_migrated_torch_cuda_amp_script_runs_on_the_cpu_without_deprecation(tmp_path) -> None:
+    from amprewrite.engine import rewrite_source
+    from amprewrite.options import Options
+
+    migrated = rewrite_source(LEGACY_AMP, Options())
+    assert b"torch.cpu.amp" not in migrated.source and b"torch.cuda.amp" not in migrated.source
+    script = tmp_path / "legacy.py"
+    script.write_bytes(migrated.source)
+    run = run_script(script, env={"PYTHONWARNINGS": "error::FutureWarning"})
+    assert run.ok, run.explain()
+    assert BFLOAT16 in run.train_dtypes and len(run.losses) == 5
