@@ -10,8 +10,11 @@ import torch
 from torch import nn
 
 from amprewrite_runtime.policy import (
-    declare_opt_level,
+    as_dtype,
+    declare,
+    device_type_of,
     note_device,
+    resolve_device,
     resolve_dtype,
     resolve_opt_level,
 )
@@ -56,7 +59,7 @@ class GradScaler:
         backoff_factor: float = 0.5,
         growth_interval: int = 2000,
     ) -> None:
-        declare_opt_level(opt_level)
+        declare(opt_level, as_dtype(dtype))
         self.opt_level = resolve_opt_level(opt_level)
         if opt_level is not None and self.opt_level != opt_level:
             keep_batchnorm_fp32 = master_weights = loss_scale = None  # the script's overrides
@@ -64,7 +67,9 @@ class GradScaler:
             self.opt_level, keep_batchnorm_fp32, master_weights, loss_scale)
         static = self.properties.loss_scale != "dynamic"
         self._dtype = dtype
-        self._device_type = device_type
+        self._device_type = device_type_of(device_type) if device_type else None
+        if self._device_type:
+            note_device(self._device_type)  # autocast regions use it from the first one on
         self._sharded = sharded
         self._state: dict[str, Any] = {
             "scale": float(self.properties.loss_scale) if static else float(init_scale),
@@ -75,8 +80,18 @@ class GradScaler:
         self._masters: dict[int, MasterWeights] = {}
         self._initialized = False
         self._unscaled: set[int] = set()
-        self.skipped_steps = 0
-        self.last_step_skipped = False
+        self._skipped_steps = 0
+        self._last_step_skipped = False
+
+    @property
+    def last_step_skipped(self) -> bool:
+        """Whether the last `step()` skipped `optimizer.step()` for inf/NaN gradients."""
+        return self._last_step_skipped
+
+    @property
+    def skipped_steps(self) -> int:
+        """How many steps were skipped for inf/NaN gradients (kept in checkpoints)."""
+        return self._skipped_steps
 
     # Setup (O2/O3) -----------------------------------------------------------------------
     def initialize(
@@ -106,12 +121,24 @@ class GradScaler:
 
     # The training step ------------------------------------------------------------------
     def scale(self, outputs: Any) -> Any:
-        device = self._device_type or _device_type_of(outputs)
+        """Multiply a loss (or nested lists/tuples/iterables of them) by the scale, like torch.
+
+        The first call creates the torch scaler on the loss's device type; every call records
+        that device for later `autocast()` regions. Returns `outputs` itself when not scaling.
+        """
+        if not isinstance(outputs, torch.Tensor | list | tuple) and isinstance(outputs, Iterable):
+            items = tuple(outputs)  # probe a generator for its device without consuming it
+            found = _device_type_of(items)
+            outputs = iter(items)
+        else:
+            found = _device_type_of(outputs)
+        device = self._device_type or found
         if device is not None:
             note_device(device)
-        return self._torch_scaler(device or "cpu").scale(outputs)
+        return self._torch_scaler(device or resolve_device()).scale(outputs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide `optimizer`'s gradients by the scale (before clipping); a no-op when off."""
         masters = self._masters.get(id(optimizer))
         if masters is not None and id(optimizer) not in self._unscaled:
             masters.grads_to_masters()
@@ -120,6 +147,7 @@ class GradScaler:
             self._scaler.unscale_(optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        """`optimizer.step(*args, **kwargs)` unless the gradients hold inf/NaN values."""
         if self.properties.cast_model and not self._initialized:
             raise RuntimeError(f"opt level {self.opt_level} casts the model: the script must "
                                "call `scaler.initialize(model, optimizer)` (rewrite it with "
@@ -130,18 +158,18 @@ class GradScaler:
         self._unscaled.discard(id(optimizer))
         scaler = self._scaler
         if scaler is None or not scaler.is_enabled():
-            self.last_step_skipped = False
+            self._last_step_skipped = False
             result = optimizer.step(*args, **kwargs)
         else:
             result = scaler.step(optimizer, *args, **kwargs)
-            found_inf = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
-            self.last_step_skipped = bool(sum(float(v.item()) for v in found_inf.values()))
-            self.skipped_steps += self.last_step_skipped
-        if masters is not None and not self.last_step_skipped:
+            self._last_step_skipped = _found_inf(scaler, optimizer)
+            self._skipped_steps += self._last_step_skipped
+        if masters is not None and not self._last_step_skipped:
             masters.masters_to_model()
         return result
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+        """Back the scale off after a skipped step, grow it after `growth_interval` good ones."""
         if self._scaler is None:
             return
         if new_scale is None and self.properties.loss_scale != "dynamic":
@@ -149,13 +177,16 @@ class GradScaler:
         self._scaler.update(new_scale)
 
     def get_scale(self) -> float:
+        """The current scale: 1.0 once known to be off, the pending scale before first use."""
         return self._scaler.get_scale() if self._scaler is not None else self._state["scale"]
 
     def is_enabled(self) -> bool:
+        """Whether losses are scaled; False until the first `scale()` decides it."""
         return self._scaler is not None and self._scaler.is_enabled()
 
     # Checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Python scalars only: opt level, scale, growth/backoff settings, skipped steps."""
         if self.is_enabled():
             assert self._scaler is not None
             native = self._scaler.state_dict()
@@ -177,7 +208,7 @@ class GradScaler:
             warnings.warn(f"loading a grad scaler state written at opt level {level} into one "
                           f"running at {self.opt_level}", UserWarning, stacklevel=2)
         self._state = {key: _plain(state.get(key, value)) for key, value in self._state.items()}
-        self.skipped_steps = int(state.get("skipped_steps", self.skipped_steps))
+        self._skipped_steps = int(state.get("skipped_steps", self._skipped_steps))
         if self.is_enabled():
             assert self._scaler is not None
             self._scaler.load_state_dict(self._native_state())
@@ -210,16 +241,27 @@ class GradScaler:
 
 
 def _device_type_of(outputs: Any) -> str | None:
+    """The device type of the first tensor in `outputs`, looking into lists and tuples only
+    (never into iterators, which the probe would consume)."""
     if isinstance(outputs, torch.Tensor):
         return outputs.device.type
-    if isinstance(outputs, dict):
-        outputs = outputs.values()
-    if isinstance(outputs, Iterable) and not isinstance(outputs, str | bytes):
+    if isinstance(outputs, list | tuple):
         for item in outputs:
             found = _device_type_of(item)
             if found is not None:
                 return found
     return None
+
+
+def _found_inf(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether torch's `step()` just skipped `optimizer` for inf/NaN gradients.
+
+    torch keeps the per-device found-inf flags of each optimizer until `update()`; reading them
+    syncs with the device, as torch's own `step()` already has.
+    """
+    states = getattr(scaler, "_per_optimizer_states", {})
+    found = states.get(id(optimizer), {}).get("found_inf_per_device", {})
+    return any(bool(flag.item()) for flag in found.values())
 
 
 def _plain(value: Any) -> Any:

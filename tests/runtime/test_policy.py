@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from amprewrite_runtime import autocast, policy
+from amprewrite_runtime import GradScaler, autocast, policy
 
 
 def test_cpu_defaults_to_bfloat16_autocast() -> None:
@@ -38,7 +38,8 @@ def test_explicit_dtype_beats_the_default() -> None:
 
 @pytest.mark.parametrize(
     ("variable", "value"),
-    [(policy.ENV_OPT_LEVEL, "O4"), (policy.ENV_DTYPE, "int8")],
+    [(policy.ENV_OPT_LEVEL, "O4"), (policy.ENV_OPT_LEVEL, "o1"), (policy.ENV_DTYPE, "int8"),
+     (policy.ENV_DTYPE, "float32"), (policy.ENV_DEVICE, "gpu")],
 )
 def test_invalid_environment_values_are_refused(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str
@@ -47,12 +48,48 @@ def test_invalid_environment_values_are_refused(
     policy._reset()
     with pytest.raises(ValueError, match=variable):
         policy.overrides()
+    with pytest.raises(ValueError, match=variable):
+        autocast()
+
+
+def test_the_environment_is_read_once_until_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    with autocast():
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16
+    monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
+    with autocast():
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16
+    policy._reset()
+    with autocast():
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.float32
+
+
+def test_device_from_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(policy.ENV_DEVICE, "cuda:1")
+    policy._reset()
+    GradScaler().scale(torch.tensor(1.0))
+    assert policy.resolve_device() == "cuda"
 
 
 def test_device_follows_the_last_scaled_loss() -> None:
     assert policy.resolve_device() == ("cuda" if torch.cuda.is_available() else "cpu")
-    policy.note_device("meta")
+    loss = torch.tensor(1.0, device="meta")
+    assert GradScaler().scale(loss) is loss  # bfloat16 on "meta": nothing to scale
     assert policy.resolve_device() == "meta"
+
+
+def test_an_explicit_device_type_is_used_before_the_first_loss() -> None:
+    GradScaler(device_type="meta:0")
+    assert policy.resolve_device() == "meta"
+
+
+def test_the_scalers_dtype_drives_autocast_regions() -> None:
+    GradScaler(dtype="float16")
+    with autocast():
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.float16
+    with autocast(dtype="bfloat16"):
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="float8"):
+        GradScaler(dtype="float8")
 
 
 def test_default_dtype_per_device() -> None:

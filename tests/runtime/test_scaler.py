@@ -49,12 +49,50 @@ def test_float16_scales_and_trains() -> None:
     assert losses[-1] < losses[0] * 0.8
 
 
+def test_nested_outputs_are_scaled_like_torch() -> None:
+    scaler = GradScaler(dtype="float16")
+    a, b, c = torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)
+    scaled = scaler.scale([a, (b, c)])
+    assert isinstance(scaled, list) and isinstance(scaled[1], tuple)
+    values = [scaled[0].item(), scaled[1][0].item(), scaled[1][1].item()]
+    assert values == [2.0**16, 2.0**17, 3 * 2.0**16]
+    generated = scaler.scale(t for t in (a, b))
+    assert [t.item() for t in generated] == [2.0**16, 2.0**17]
+
+
+def test_a_generator_creates_the_scaler_without_being_consumed() -> None:
+    scaler = GradScaler(dtype="float16")
+    assert [t.item() for t in scaler.scale(t for t in (torch.tensor(1.0),))] == [2.0**16]
+    assert scaler.is_enabled()
+
+
+def test_step_before_any_scale_just_steps() -> None:
+    model, optimizer = _model_and_optimizer()
+    model(torch.randn(4, 8)).sum().backward()
+    before = next(model.parameters()).detach().clone()
+    scaler = GradScaler(dtype="float16")
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    assert not torch.equal(before, next(model.parameters()))
+    assert not scaler.last_step_skipped and scaler.skipped_steps == 0
+    assert scaler.state_dict()["scale"] == 2.0**16
+
+
 def test_o0_steps_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
     policy._reset()
     scaler = GradScaler(dtype="float16")
     loss = torch.tensor(3.0)
     assert scaler.scale(loss) is loss and not scaler.is_enabled()
+    assert scaler.get_scale() == 1.0
+    model, optimizer = _model_and_optimizer()
+    model(torch.randn(4, 8)).sum().backward()
+    before = next(model.parameters()).detach().clone()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    assert not torch.equal(before, next(model.parameters()))
 
 
 def test_o2_without_initialize_says_what_to_do() -> None:
@@ -105,6 +143,8 @@ def test_state_round_trips_after_training_through_torch_save() -> None:
     resumed.scale(torch.tensor(1.0))  # the torch scaler is created with the loaded state
     assert resumed.get_scale() == state["scale"]
     assert resumed.state_dict() == state
+    assert state["growth_tracker"] == 7 % 3 and state["scale"] == 2.0**18
+    assert all(type(value) in (str, int, float) for value in state.values())
 
 
 @pytest.mark.parametrize("empty", [None, {}])
@@ -123,6 +163,7 @@ def test_loads_a_native_torch_scaler_state() -> None:
     assert scaler.state_dict()["scale"] == 512.0
     scaler.scale(torch.tensor(1.0))
     assert scaler.get_scale() == 512.0
+    assert scaler.state_dict()["opt_level"] == "O1"
 
 
 def test_loading_another_opt_level_warns(monkeypatch: pytest.MonkeyPatch) -> None:
