@@ -89,7 +89,7 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
                    "no training step or evaluation forward pass found; file left unchanged")
         return RewriteResult(source, [*findings, Finding("AMP001", 1, 1, message)])
     ctx = plan_rewrite(analysis, options)
-    new_source = apply_edits(module, ctx.plan).bytes
+    new_source = apply_edits(module, ctx.plan, ctx.facts.statements_around).bytes
     _check_parses(new_source)
     notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]
     return RewriteResult(new_source, _locate(module, notes), new_source != source)
@@ -194,7 +194,7 @@ def _trainer_apis(
 
 
 def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:
-    new_source = apply_edits(module, ctx.plan).bytes
+    new_source = apply_edits(module, ctx.plan, ctx.facts.statements_around).bytes
     _check_parses(new_source)
     return RewriteResult(new_source, _locate(module, ctx.notes), new_source != source)
 

@@ -61,15 +61,23 @@ class Plan:
         return bool(self.replaces or self.wraps or self.inserts or self.small_inserts)
 
 
-def apply_edits(module: cst.Module, plan: Plan) -> cst.Module:
-    result = module.visit(_Applier(plan))
+def apply_edits(
+    module: cst.Module, plan: Plan, around: Callable[[cst.CSTNode], list[Statement]]
+) -> cst.Module:
+    """Carry out `plan`; `around(node)` gives the statements containing a node, so that only
+    statements holding an edit are visited (most of a module is left as it is, untouched)."""
+    targets = [*(r.node for r in plan.replaces), *(w.block for w in plan.wraps),
+               *(i.block for i in plan.inserts), *(i.small for i in plan.small_inserts)]
+    visit = {id(s) for node in targets for s in around(node)}
+    result = module.visit(_Applier(plan, visit))
     assert isinstance(result, cst.Module)
     return result
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, visit: set[int]) -> None:
         super().__init__()
+        self.visit = visit  # statements that hold an edit: the only ones worth entering
         self.replaces: dict[int, list[Callable[[cst.CSTNode], cst.CSTNode]]] = {}
         for replace in plan.replaces:  # several edits of one node apply in plan order
             self.replaces.setdefault(id(replace.node), []).append(replace.build)
@@ -80,6 +88,11 @@ class _Applier(cst.CSTTransformer):
         for insert in plan.inserts:
             self.inserts.setdefault(id(insert.block), []).append(insert)
         self.small_inserts = {id(i.small): i.statements for i in plan.small_inserts}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            return id(node) in self.visit
+        return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         updated = super().on_leave(original_node, updated_node)

@@ -57,7 +57,15 @@ class ModuleFacts:
     names: set[str] = field(default_factory=set)
     strings: set[str] = field(default_factory=set)  # values of plain string literals
     order: dict[Statement, int] = field(default_factory=dict)  # pre-order (source) position
+    owner: dict[int, Statement] = field(default_factory=dict)  # id(node) -> its statement
     header_imports_end: int = 0  # index in module.body after the leading imports
+
+    def statements_around(self, node: cst.CSTNode) -> list[Statement]:
+        """The statements that contain `node` (itself, if it is one), innermost first."""
+        if isinstance(node, cst.IndentedBlock):
+            node = node.body[0] if node.body else node
+        statement = node if node in self.statements else self.owner.get(id(node))
+        return [] if statement is None else self.enclosing_statements(statement)
 
     def enclosing_statements(self, statement: Statement) -> list[Statement]:
         """`statement` and every compound statement around it, innermost first."""
@@ -105,6 +113,8 @@ class _Collector(cst.CSTVisitor):
             self.facts.statements[statement] = StatementInfo(block, index, parent, function)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.statement_stack:
+            self.facts.owner[id(node)] = self.statement_stack[-1]
         if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
             self.statement_stack.append(node)
             self.facts.order[node] = len(self.facts.order)
