@@ -24,24 +24,16 @@ def _is_amp(qualified: str) -> bool:
 
 
 def existing_amp(facts: ModuleFacts) -> str | None:
-    """The first AMP API the module uses (`torch.autocast`, `torch.cuda.amp`, ...), or None."""
+    """The first AMP API the module uses (`torch.autocast`, `torch.cuda.amp`, ...), or None:
+    an import of one, a call of one, or a decorator naming one (from the collected facts, so
+    no further pass over the tree)."""
     for target in facts.imports.aliases.values():
         if _is_amp(target):
             return target
-    for node in _attribute_chains(facts.module):
-        resolved = facts.imports.resolve(node)
+    expressions: list[cst.BaseExpression] = [site.call.func for site in facts.calls]
+    expressions.extend(d.decorator for f in facts.functions for d in f.decorators)
+    for expression in expressions:
+        resolved = facts.imports.resolve(expression)
         if resolved is not None and _is_amp(resolved):
             return resolved
     return None
-
-
-def _attribute_chains(module: cst.Module) -> list[cst.Attribute]:
-    found: list[cst.Attribute] = []
-
-    class Visitor(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            found.append(node)
-            return True
-
-    module.visit(Visitor())
-    return found
