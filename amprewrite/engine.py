@@ -227,11 +227,14 @@ def _parse(source: bytes) -> cst.Module:
 
 
 def _check_parses(source: bytes) -> None:
+    """Parse and compile the output: a bug in a rule must never reach the file (compiling
+    also catches what the grammar allows but Python refuses, like a repeated keyword)."""
     try:
         cst.parse_module(source)
-    except cst.ParserSyntaxError as exc:  # a bug in a rule: never write such a file
-        raise RewriteError(Finding("AMP004", 1, 1, f"internal error: the rewrite does not parse "
-                                   f"({exc.message}); file left unchanged")) from exc
+        compile(source, "<amprewrite output>", "exec", dont_inherit=True)
+    except (cst.ParserSyntaxError, SyntaxError, ValueError) as exc:
+        raise RewriteError(Finding("AMP004", 1, 1, f"internal error: the rewrite does not "
+                                   f"compile ({exc}); file left unchanged")) from exc
 
 
 def _locate(module: cst.Module, notes: list[Note]) -> list[Finding]:

@@ -47,8 +47,9 @@ def deprecated_amp(facts: ModuleFacts) -> DeprecatedAmp:
     for statement in facts.statements:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
-                if (isinstance(small, cst.ImportFrom) and small.module is not None and _deprecated(
-                        dotted(small.module) or "")) or (isinstance(small, cst.Import) and any(
+                if (isinstance(small, cst.ImportFrom) and small.module is not None and (
+                        _deprecated(dotted(small.module) or "") or _imports_amp_module(small))) or (
+                        isinstance(small, cst.Import) and any(
                         _deprecated(dotted(a.name) or "") for a in small.names)):
                     found.imports.append(small)
     return found
@@ -62,6 +63,13 @@ def _use(
     if module in DEPRECATED and name in _NAMES:
         return DeprecatedUse(node, name, DEPRECATED[module])
     return None
+
+
+def _imports_amp_module(node: cst.ImportFrom) -> bool:
+    """`from torch.cuda import amp` (the module itself, bound as `amp`)."""
+    return (dotted(node.module) in ("torch.cuda", "torch.cpu") if node.module else False) and (
+        not isinstance(node.names, cst.ImportStar)
+        and [dotted(a.name) for a in node.names] == ["amp"])
 
 
 def _deprecated(qualified: str) -> bool:

@@ -61,6 +61,8 @@ def _to_torch_amp(func: cst.BaseExpression) -> cst.BaseExpression:
 
 def _import_from_torch_amp(node: cst.CSTNode) -> cst.CSTNode:
     if isinstance(node, cst.ImportFrom):
+        if dotted(node.module) in ("torch.cuda", "torch.cpu"):  # `from torch.cuda import amp`
+            return node.with_changes(module=cst.Name("torch"))
         return node.with_changes(module=cst.parse_expression("torch.amp"))
     assert isinstance(node, cst.Import)
     torch_amp = cst.parse_expression("torch.amp")

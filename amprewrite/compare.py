@@ -1,0 +1,264 @@
+"""`amprewrite compare [--steps N] [--plot FILE.png] -- COMMAND...`: FP32 against AMP.
+
+Runs COMMAND (a training script rewritten by amprewrite) twice through the runtime's
+environment: once as FP32 (`AMPREWRITE_OPT_LEVEL=O0`), once at the script's own opt level,
+each stopped after N optimizer steps (`AMPREWRITE_MAX_STEPS`) and traced to a JSON-lines file
+(`AMPREWRITE_TRACE`, see `amprewrite_runtime.trace`), then prints both side by side. Never
+imports torch: the script runs in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+ENV_OPT_LEVEL = "AMPREWRITE_OPT_LEVEL"
+ENV_TRACE = "AMPREWRITE_TRACE"
+ENV_MAX_STEPS = "AMPREWRITE_MAX_STEPS"
+STDERR_TAIL_LINES = 20
+
+
+class CompareError(click.ClickException):
+    """A message and an exit status (1: a run went wrong, 2: usage); no traceback."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Run:
+    """The trace of one run: one record per optimizer step."""
+
+    label: str
+    records: list[dict[str, Any]]
+
+    @property
+    def losses(self) -> dict[int, float]:
+        return {r["step"]: r["loss"] for r in self.records if r["loss"] is not None}
+
+    @property
+    def final_loss(self) -> float | None:
+        return next((r["loss"] for r in reversed(self.records) if r["loss"] is not None), None)
+
+    @property
+    def iteration_times(self) -> list[float]:
+        """Each iteration's wall time (its last record's); the first, which leaves out its
+        forward pass and holds the warm-up, is dropped when there are others."""
+        times = {r["iteration"]: r["time_s"] for r in self.records}
+        return list(times.values())[1:] if len(times) > 1 else list(times.values())
+
+    @property
+    def median_time(self) -> float:
+        return statistics.median(self.iteration_times)
+
+    def setting(self, key: str) -> str:
+        return "/".join(sorted({str(r[key]) for r in self.records}))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """|AMP loss - FP32 loss| over the steps where both are finite."""
+
+    steps: int
+    max_abs: float
+    max_abs_step: int
+    final_abs: float
+    max_rel: float
+    max_rel_step: int
+    final_rel: float
+
+
+def divergence(fp32: Run, amp: Run) -> Divergence | None:
+    """Absolute and relative (to FP32) loss differences; None when no step compares."""
+    reference, other = fp32.losses, amp.losses
+    steps = [s for s in sorted(reference.keys() & other.keys())
+             if math.isfinite(reference[s]) and math.isfinite(other[s])]
+    if not steps:
+        return None
+    absolute = {s: abs(other[s] - reference[s]) for s in steps}
+    relative = {s: _ratio(absolute[s], abs(reference[s])) for s in steps}
+    max_abs_step = max(steps, key=absolute.__getitem__)
+    max_rel_step = max(steps, key=relative.__getitem__)
+    return Divergence(len(steps), absolute[max_abs_step], max_abs_step, absolute[steps[-1]],
+                      relative[max_rel_step], max_rel_step, relative[steps[-1]])
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    if denominator == 0:
+        return 0.0 if numerator == 0 else math.inf
+    return numerator / denominator
+
+
+def run_traced(command: Sequence[str], label: str, env: dict[str, str], steps: int) -> Run:
+    """Run `command` with a trace file and a step budget; its records, or a CompareError."""
+    with tempfile.TemporaryDirectory(prefix="amprewrite-compare-") as directory:
+        trace = Path(directory) / "trace.jsonl"
+        env = {**env, ENV_TRACE: str(trace), ENV_MAX_STEPS: str(steps)}
+        try:
+            done = subprocess.run(list(command), env=env, capture_output=True, text=True,
+                                  errors="replace", check=False)
+        except OSError as exc:
+            raise CompareError(f"cannot run {command[0]!r}: {exc.strerror or exc}", 2) from exc
+        if done.returncode != 0:
+            output = (done.stderr or done.stdout).rstrip().splitlines()
+            tail = "\n".join(output[-STDERR_TAIL_LINES:])
+            raise CompareError(f"the {label} run of `{_shell(command)}` failed with exit status "
+                               f"{done.returncode}; the end of its output:\n{tail}")
+        records = _read_trace(trace, label)
+    if not records:
+        raise CompareError(
+            f"the {label} run of `{_shell(command)}` exited normally but wrote no trace: it "
+            "never stepped an optimizer through amprewrite_runtime's GradScaler. Is it a script "
+            "rewritten by amprewrite (not with --plain, which uses torch.amp only)?")
+    return Run(label, records)
+
+
+def _read_trace(path: Path, label: str) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    except ValueError as exc:
+        raise CompareError(f"the {label} run wrote an unreadable trace: {exc}") from exc
+
+
+def _shell(command: Sequence[str]) -> str:
+    return " ".join(command)
+
+
+def report(fp32: Run, amp: Run) -> str:
+    """The side-by-side table, then the loss divergence and the speedup."""
+    rows = [
+        ("", fp32.label, amp.label),
+        ("opt level", fp32.setting("opt_level"), amp.setting("opt_level")),
+        ("dtype", fp32.setting("dtype"), amp.setting("dtype")),
+        ("device", fp32.setting("device"), amp.setting("device")),
+        ("steps", str(len(fp32.records)), str(len(amp.records))),
+        ("final loss", _number(fp32.final_loss), _number(amp.final_loss)),
+        ("non-finite losses", _non_finite(fp32), _non_finite(amp)),
+        ("skipped steps", _skipped(fp32), _skipped(amp)),
+        ("loss scale first/min/last", _scales(fp32), _scales(amp)),
+        ("median step time", _milliseconds(fp32.median_time), _milliseconds(amp.median_time)),
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    found = divergence(fp32, amp)
+    if found is None:
+        lines.append("loss divergence: no step with a finite loss in both runs")
+    else:
+        lines += [
+            f"loss divergence over {found.steps} steps (|AMP - FP32|, relative to FP32):",
+            f"  max abs    {found.max_abs:.3g} (step {found.max_abs_step})",
+            f"  final abs  {found.final_abs:.3g}",
+            f"  max rel    {found.max_rel:.2%} (step {found.max_rel_step})",
+            f"  final rel  {found.final_rel:.2%}",
+        ]
+    lines.append(f"speedup (FP32 median / AMP median step time): "
+                 f"{_ratio(fp32.median_time, amp.median_time):.2f}x")
+    return "\n".join(lines)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def _non_finite(run: Run) -> str:
+    return str(sum(not math.isfinite(loss) for loss in run.losses.values()))
+
+
+def _skipped(run: Run) -> str:
+    return str(sum(bool(r["skipped"]) for r in run.records))
+
+
+def _scales(run: Run) -> str:
+    scales = [r["scale"] for r in run.records]
+    return " / ".join(f"{s:g}" for s in (scales[0], min(scales), scales[-1]))
+
+
+def _milliseconds(seconds: float) -> str:
+    return f"{seconds * 1000:.3g} ms"
+
+
+def plot(path: Path, fp32: Run, amp: Run) -> None:
+    """Both loss curves (top) and the loss scale of both runs (bottom), to `path`."""
+    pyplot = _pyplot()
+    figure, (losses, scales) = pyplot.subplots(2, 1, sharex=True, figsize=(8, 6))
+    for run in (fp32, amp):
+        points = sorted(run.losses.items())
+        losses.plot([s for s, _ in points], [v for _, v in points], label=_legend(run))
+        scales.plot([r["step"] for r in run.records], [r["scale"] for r in run.records],
+                    label=_legend(run))
+    losses.set_ylabel("loss")
+    losses.legend()
+    scales.set_ylabel("loss scale")
+    scales.set_yscale("log", base=2)
+    scales.set_xlabel("optimizer step")
+    figure.tight_layout()
+    try:
+        figure.savefig(path)
+    except OSError as exc:
+        raise CompareError(f"cannot write the plot to {str(path)!r}: {exc.strerror}") from exc
+    finally:
+        pyplot.close(figure)
+
+
+def _legend(run: Run) -> str:
+    return f"{run.label} ({run.setting('opt_level')}, {run.setting('dtype')})"
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on a file-only backend, imported only for --plot."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise CompareError("--plot needs matplotlib, which is an optional extra: "
+                           "pip install 'amprewrite[plot]'", 2) from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"],
+                                 "allow_interspersed_args": False})
+@click.option("--steps", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Optimizer steps per run.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Draw both loss curves and the loss scale to this PNG "
+                                 "(needs the `plot` extra: matplotlib).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def compare(steps: int, plot_path: Path | None, command: tuple[str, ...]) -> None:
+    """Run a rewritten training script as FP32 and at its own opt level, and compare them.
+
+    COMMAND runs twice, each time stopped after --steps optimizer steps: with
+    AMPREWRITE_OPT_LEVEL=O0 (FP32), then at the script's own level (an AMPREWRITE_OPT_LEVEL
+    in the environment is removed for that run; AMPREWRITE_DTYPE and AMPREWRITE_DEVICE apply
+    to both). Prints the final losses, their divergence, skipped steps, the loss scale and the
+    median step times.
+
+    Exit status: 0 compared, 1 a run failed or wrote no trace, 2 usage error.
+    """
+    if plot_path is not None:
+        _pyplot()  # refuse before spending the runs' time
+    inherited = {k: v for k, v in os.environ.items() if k != ENV_OPT_LEVEL}
+    runs = []
+    for label, extra in (("FP32", {ENV_OPT_LEVEL: "O0"}), ("AMP", {})):
+        click.echo(f"amprewrite compare: {label} run of `{_shell(command)}` ...", err=True)
+        runs.append(run_traced(command, label, {**inherited, **extra}, steps))
+    fp32, amp = runs
+    click.echo(report(fp32, amp))
+    if plot_path is not None:
+        plot(plot_path, fp32, amp)
+        click.echo(f"plot written to {plot_path}", err=True)
