@@ -169,3 +169,11 @@ def test_migrated_torch_cuda_amp_script_runs_on_the_cpu_without_deprecation(tmp_
     run = run_script(script, env={"PYTHONWARNINGS": "error::FutureWarning"})
     assert run.ok, run.explain()
     assert BFLOAT16 in run.train_dtypes and len(run.losses) == 5
+
+
+def test_reproducible_rewrite_gives_bitwise_identical_runs() -> None:
+    script = FIXTURES_DIR / "rule_reproducible" / "expected_O1_reproducible.py"
+    first, second = run_script(script), run_script(script)
+    assert first.ok, first.explain()
+    assert first.losses == second.losses and len(first.losses) > 0  # exactly equal
+    assert BFLOAT16 in first.train_dtypes

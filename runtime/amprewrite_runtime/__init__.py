@@ -10,13 +10,18 @@ bfloat16 on the CPU; `AMPREWRITE_DTYPE` overrides). Depends on torch only.
 
 from amprewrite_runtime.autocast import autocast, custom_bwd, custom_fwd
 from amprewrite_runtime.policy import resolve_device, resolve_dtype, resolve_opt_level
+from amprewrite_runtime.reproducibility import DataLoaderSeeding, enable_reproducibility
+from amprewrite_runtime.samplers import make_batch_sampler
 from amprewrite_runtime.scaler import GradScaler
 
 __all__ = [
+    "DataLoaderSeeding",
     "GradScaler",
     "autocast",
     "custom_bwd",
     "custom_fwd",
+    "enable_reproducibility",
+    "make_batch_sampler",
     "resolve_device",
     "resolve_dtype",
     "resolve_opt_level",
