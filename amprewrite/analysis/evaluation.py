@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amprewrite.analysis.facts import CallSite, ModuleFacts
+from amprewrite.analysis.facts import Block, CallSite, ModuleFacts
 from amprewrite.analysis.forward import computes_loss, is_model_call
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted
@@ -36,11 +36,25 @@ def analyse_evaluation(
     regions = []
     for block, positions in candidates.values():
         start, end = min(positions), max(positions)
-        while end + 1 < len(block.body) and computes_loss(block.body[end + 1], facts, kinds):
-            end += 1
-        regions.append(Region(block, start, end))
+        regions.append(Region(block, start, _loss_end(block, end, facts, kinds)))
     merged = merge_regions(regions, facts)
     return [r for r in merged if not _inside(r, training_regions, facts)]
+
+
+_LOOKAHEAD = 3  # simple statements a loss may follow the forward pass by (`n = out.shape[0]`)
+
+
+def _loss_end(block: Block, end: int, facts: ModuleFacts, kinds: KindTable) -> int:
+    """The last statement computing a loss shortly after the forward pass (or `end`), so the
+    loss is not computed, or summed, in low precision outside the region."""
+    last = end
+    for position in range(end + 1, min(end + 1 + _LOOKAHEAD, len(block.body))):
+        statement = block.body[position]
+        if not isinstance(statement, cst.SimpleStatementLine):
+            break
+        if computes_loss(statement, facts, kinds):
+            last = position
+    return last
 
 
 def _under_no_grad(site: CallSite, facts: ModuleFacts) -> bool:
