@@ -76,7 +76,7 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     if analysis.deprecated:
         ctx = RuleContext(analysis.facts, options, "")
         migrate_cuda_amp(ctx, analysis.deprecated)
-        return _apply(module, source, ctx)
+        return _then_rewrite(_apply(module, source, ctx), source, options)
     if analysis.existing_amp is not None:
         return _lint(module, source, analysis, options)
     if options.opt_level == "O0":
@@ -140,14 +140,20 @@ def _migrate(
     fp32 = _apply(module, source, ctx)
     if options.opt_level == "O0":
         return fp32
-    native = rewrite_source(fp32.source, native_options)
-    to_original = _line_map(fp32.source, source)
-    findings = fp32.findings + [
+    return _then_rewrite(fp32, source, native_options)
+
+
+def _then_rewrite(first: RewriteResult, source: bytes, options: Options) -> RewriteResult:
+    """Rewrite `first`'s output again (a migration, then the rewrite or the lint of what it
+    gave), with every finding on a line of the original `source`."""
+    second = rewrite_source(first.source, options)
+    to_original = _line_map(first.source, source)
+    findings = first.findings + [
         Finding(f.code, to_original(f.line), f.col, f.message)
-        for f in native.findings if f.code != "AMP001"
+        for f in second.findings if f.code not in ("AMP001", "AMP002")
     ]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
-    return RewriteResult(native.source, findings, native.source != source)
+    return RewriteResult(second.source, findings, second.source != source)
 
 
 def _line_map(new: bytes, old: bytes) -> Callable[[int], int]:
