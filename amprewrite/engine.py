@@ -56,6 +56,14 @@ class RewriteError(Exception):
 
 def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     """Rewrite one Python source (bytes, any PEP 263 encoding) for `options`."""
+    try:
+        return _rewrite(source, options)
+    except RecursionError as exc:  # libcst walks recursively: a pathologically deep file
+        raise RewriteError(Finding("AMP004", 1, 1, "source too deeply nested to analyse; file "
+                                   "left unchanged")) from exc
+
+
+def _rewrite(source: bytes, options: Options) -> RewriteResult:
     problem = validate(options)
     if problem is not None:
         raise ValueError(problem)
