@@ -250,21 +250,28 @@ def _slice_region(
     block: Block, index: int, needed: set[str], facts: ModuleFacts, kinds: KindTable
 ) -> Region | None:
     sliced: list[int] = []
+    boundaries: list[int] = []  # backward/step statements the slice passed over
     for position in range(index - 1, -1, -1):
         statement = block.body[position]
         if _is_step_boundary(statement):
-            break
+            boundaries.append(position)  # `loss_a.backward(retain_graph=True)`: look further
+            continue
         if is_definition(statement):
             continue
         if bound_keys(statement) & needed:
             sliced.append(position)
             needed |= set(iter_keys(statement))
+    if not sliced:
+        return None
+    # A region never holds a backward or a step: it starts after the last one inside its span.
+    cut = max((b for b in boundaries if b < max(sliced)), default=-1)
     # The region starts at the forward pass: the first statement that computes something, after
     # the setup (building a model, optimizer, scheduler or criterion) and not a call of a local
     # helper that only loads data.
     setup = [p for p in range(index) if _builds_objects(block.body[p], kinds)]
     after_setup = max(setup, default=-1)
-    compute = [p for p in sliced if p > after_setup and computes(block.body[p], facts, kinds)]
+    compute = [p for p in sliced
+               if p > max(after_setup, cut) and computes(block.body[p], facts, kinds)]
     if not compute:
         return None
     return Region(block, min(compute), max(sliced))

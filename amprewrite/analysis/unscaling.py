@@ -58,8 +58,24 @@ def gradient_uses(
                 found.append((position, line, "code that reads `.grad`"))
         if found:
             _, statement, reason = min(found, key=lambda item: item[0])
+            statement = _dominating(statement, [s for _, s, _ in found], facts)
             unscales.append(Unscale(statement, optimizer, reason))
     return unscales, clips
+
+
+def _dominating(first: Statement, uses: list[Statement], facts: ModuleFacts) -> Statement:
+    """The statement around `first` whose block also holds every other use: `unscale_` put
+    before it runs whenever any of them does (not only inside `if clip:`)."""
+    target = first
+    while True:
+        block = facts.statements[target].block
+        if all(any(facts.statements.get(s) is not None and facts.statements[s].block is block
+                   for s in facts.enclosing_statements(use)) for use in uses):
+            return target
+        parent = facts.statements[target].parent
+        if parent is None or parent not in facts.statements:
+            return target
+        target = parent
 
 
 def _is_clip(call: cst.Call) -> bool:
