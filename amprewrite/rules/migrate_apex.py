@@ -13,9 +13,9 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.options import OPT_LEVELS, Options
 from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.expressions import as_receiver
 from amprewrite.transform import Replace
 
-_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 _PROPERTIES = ("keep_batchnorm_fp32", "master_weights", "loss_scale")
 
 
@@ -98,8 +98,7 @@ def _plain_backward(node: cst.CSTNode) -> cst.CSTNode | cst.FlattenSentinel:
     item = node.items[0]
     assert isinstance(item.item, cst.Call)
     loss = item.item.args[0].value
-    if not isinstance(loss, _ATOMIC):
-        loss = loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    loss = as_receiver(loss)
     name = dotted(item.asname.name) if item.asname is not None else None
     body = [statement.visit(_Substitute(name, loss)) for statement in node.body.body]
     body[0] = body[0].with_changes(leading_lines=[*node.leading_lines, *body[0].leading_lines])

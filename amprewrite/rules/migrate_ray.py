@@ -9,9 +9,8 @@ from amprewrite.analysis.names import dotted
 from amprewrite.analysis.ray_train import RayAmp
 from amprewrite.analysis.training_step import Note
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.expressions import as_receiver
 from amprewrite.transform import Replace
-
-_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 
 
 def remove_ray_amp(ctx: RuleContext, ray: RayAmp) -> None:
@@ -48,6 +47,5 @@ def _unwrapped_optimizer(call: cst.Call):  # type: ignore[no-untyped-def]
 def _tensor_backward(node: cst.CSTNode) -> cst.CSTNode:
     assert isinstance(node, cst.Call)
     loss = node.args[0].value
-    if not isinstance(loss, _ATOMIC):
-        loss = loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    loss = as_receiver(loss)
     return cst.Call(func=cst.Attribute(loss, cst.Name("backward")), args=node.args[1:])

@@ -12,9 +12,8 @@ from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.training_step import Note
 from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.expressions import as_receiver
 from amprewrite.transform import Replace
-
-_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 
 
 def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
@@ -55,8 +54,7 @@ def _plain_call(node: cst.CSTNode) -> cst.CSTNode:
     scaled = node.func.value
     assert isinstance(scaled, cst.Call)
     loss = scaled.args[0].value
-    if not isinstance(loss, _ATOMIC):
-        loss = loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    loss = as_receiver(loss)
     return node.with_changes(func=node.func.with_changes(value=loss))
 
 

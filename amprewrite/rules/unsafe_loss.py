@@ -8,9 +8,8 @@ from amprewrite.analysis.facts import CallSite
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unsafe_losses import UnsafeLoss
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.expressions import as_receiver
 from amprewrite.transform import Replace
-
-_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 
 
 def float32_inputs(ctx: RuleContext, moved: list[UnsafeLoss], inline: list[CallSite]) -> None:
@@ -29,6 +28,4 @@ def float32_inputs(ctx: RuleContext, moved: list[UnsafeLoss], inline: list[CallS
 def _as_float(node: cst.CSTNode) -> cst.CSTNode:
     """`x` -> `x.float()`, `a + b` -> `(a + b).float()`."""
     assert isinstance(node, cst.BaseExpression)
-    if not isinstance(node, _ATOMIC) or node.lpar:
-        node = node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return cst.Call(func=cst.Attribute(value=node, attr=cst.Name("float")))
+    return cst.Call(func=cst.Attribute(value=as_receiver(node), attr=cst.Name("float")))
