@@ -49,6 +49,12 @@ def test_the_codemod_does_not_import_torch() -> None:
     assert result.stdout.strip() == "False"
 
 
+def _default_sigint() -> None:
+    """Background jobs of a non-interactive shell start with SIGINT ignored; the child must
+    see it as a user's Ctrl-C would be seen."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGKILL])
 def test_an_interrupted_run_leaves_each_file_original_or_rewritten(
     tmp_path: Path, signal_number: int
@@ -61,7 +67,7 @@ def test_an_interrupted_run_leaves_each_file_original_or_rewritten(
         files.append(path)
     process = subprocess.Popen([sys.executable, "-m", "amprewrite", "--jobs", "1", "-q",
                                 str(tmp_path)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 180  # a loaded machine starts Python slowly
     while time.monotonic() < deadline and b"scaler" not in files[0].read_bytes():
         time.sleep(0.005)
@@ -120,7 +126,8 @@ def test_sigint_exits_without_a_traceback(tmp_path: Path) -> None:
     for index in range(200):
         (tmp_path / f"t{index}.py").write_bytes(TRAINING)
     process = subprocess.Popen([sys.executable, "-m", "amprewrite", "--jobs", "1", str(tmp_path)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_default_sigint)
     time.sleep(1.5)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
