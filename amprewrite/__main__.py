@@ -1,3 +1,3 @@
-from amprewrite.cli import main
+from amprewrite.cli import entry_point
 
-main()
+entry_point()

@@ -103,6 +103,10 @@ def main(
 
     Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
     0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written.
+
+    `amprewrite compare -- python train.py` runs a rewritten script as FP32 and with AMP and
+    compares losses and speed (see `amprewrite compare --help`; a file named `compare` is
+    written `./compare`).
     """
     settings = _settings(ctx, paths, config_path)
     options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
@@ -131,6 +135,17 @@ def main(
         if verbosity is not Verbosity.QUIET:
             click.echo(text, err=True)
     sys.exit(exit_code(outcomes, exit_zero))
+
+
+def entry_point() -> None:
+    """The `amprewrite` command: `amprewrite compare ...` compares runs, anything else rewrites."""
+    arguments = sys.argv[1:]
+    if arguments[:1] == ["compare"]:
+        from amprewrite.compare import compare  # not loaded by the codemod's runs
+
+        compare(arguments[1:], prog_name="amprewrite compare")
+    else:
+        main(arguments, prog_name="amprewrite")
 
 
 _CONFIGURABLE = ("opt_level", "dtype", "plain", "keep_batchnorm_fp32", "master_weights",

@@ -138,7 +138,7 @@ def _shell(command: Sequence[str]) -> str:
 
 
 def report(fp32: Run, amp: Run) -> str:
-    """The side-by-side table, then the loss divergence and the speedup."""
+    """The side-by-side table, the loss per step, the loss scale's history, the speedup."""
     rows = [
         ("", fp32.label, amp.label),
         ("opt level", fp32.setting("opt_level"), amp.setting("opt_level")),
@@ -151,23 +151,65 @@ def report(fp32: Run, amp: Run) -> str:
         ("loss scale first/min/last", _scales(fp32), _scales(amp)),
         ("median step time", _milliseconds(fp32.median_time), _milliseconds(amp.median_time)),
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-             for row in rows]
+    lines = _table(rows)
     found = divergence(fp32, amp)
     if found is None:
         lines.append("loss divergence: no step with a finite loss in both runs")
     else:
-        lines += [
-            f"loss divergence over {found.steps} steps (|AMP - FP32|, relative to FP32):",
-            f"  max abs    {found.max_abs:.3g} (step {found.max_abs_step})",
-            f"  final abs  {found.final_abs:.3g}",
-            f"  max rel    {found.max_rel:.2%} (step {found.max_rel_step})",
-            f"  final rel  {found.final_rel:.2%}",
-        ]
+        lines += ["", "loss per step:", *_indented(_table(_loss_rows(fp32, amp))), "",
+                  f"loss divergence over {found.steps} steps (|AMP - FP32|, relative to FP32):",
+                  f"  max abs    {found.max_abs:.3g} (step {found.max_abs_step})",
+                  f"  final abs  {found.final_abs:.3g}",
+                  f"  max rel    {found.max_rel:.2%} (step {found.max_rel_step})",
+                  f"  final rel  {found.final_rel:.2%}"]
+    lines.append(f"loss scale history ({amp.label}): {_scale_history(amp)}")
     lines.append(f"speedup (FP32 median / AMP median step time): "
                  f"{_ratio(fp32.median_time, amp.median_time):.2f}x")
     return "\n".join(lines)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in rows]
+
+
+def _indented(lines: list[str]) -> list[str]:
+    return ["  " + line for line in lines]
+
+
+LOSS_ROWS = 10  # steps shown in the per-step table: evenly spread, first and last included
+
+
+def _loss_rows(fp32: Run, amp: Run) -> list[tuple[str, ...]]:
+    """Step, both losses and their difference at up to LOSS_ROWS steps both runs took."""
+    reference, other = fp32.losses, amp.losses
+    steps = sorted(reference.keys() & other.keys())
+    if len(steps) > LOSS_ROWS:
+        last = len(steps) - 1
+        steps = [steps[round(i * last / (LOSS_ROWS - 1))] for i in range(LOSS_ROWS)]
+    rows: list[tuple[str, ...]] = [("step", fp32.label, amp.label, "abs diff", "rel diff")]
+    for step in steps:
+        difference = abs(other[step] - reference[step])
+        rows.append((str(step), _number(reference[step]), _number(other[step]),
+                     f"{difference:.3g}", f"{_ratio(difference, abs(reference[step])):.2%}"))
+    return rows
+
+
+SCALE_CHANGES_SHOWN = 8
+
+
+def _scale_history(run: Run) -> str:
+    """`65536 (step 1) -> 32768 (step 4) -> ...`: the scale at the first step and every change."""
+    changes: list[tuple[int, float]] = []
+    for record in run.records:
+        if not changes or record["scale"] != changes[-1][1]:
+            changes.append((record["step"], record["scale"]))
+    shown = [f"{scale:g} (step {step})" for step, scale in changes[:SCALE_CHANGES_SHOWN]]
+    if len(changes) > SCALE_CHANGES_SHOWN:
+        shown.append(f"... {len(changes) - SCALE_CHANGES_SHOWN} more changes, last "
+                     f"{changes[-1][1]:g} (step {changes[-1][0]})")
+    return " -> ".join(shown)
 
 
 def _number(value: float | None) -> str:

@@ -10,11 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 KEYS = {
     "opt-level": str, "dtype": str, "plain": bool, "keep-batchnorm-fp32": bool,
     "master-weights": bool, "loss-scale": (str, int, float), "reproducible": bool, "seed": int,
@@ -59,6 +54,10 @@ def read_config(pyproject: Path) -> dict[str, Any]:
 
 
 def _load(pyproject: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):  # imported here: a run without a pyproject.toml starts faster
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
         with pyproject.open("rb") as stream:
             return tomllib.load(stream)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import pathspec
+if TYPE_CHECKING:
+    import pathspec
 
 # Never descended into when walking a directory (hidden directories are skipped as well, and so
 # is any directory holding a `pyvenv.cfg`, i.e. a virtual environment under any name).
@@ -63,7 +64,7 @@ def _walk(top: Path, excludes: tuple[re.Pattern[str], ...]) -> list[Path]:
         here = Path(root)
         if ".gitignore" in filenames:
             lines = (here / ".gitignore").read_text(errors="replace").splitlines()
-            ignores.append((here, pathspec.GitIgnoreSpec.from_lines(lines)))
+            ignores.append((here, _gitignore(lines)))
 
         def left_out(path: Path, is_dir: bool) -> bool:
             relative = "/" + path.relative_to(top).as_posix() + ("/" if is_dir else "")
@@ -76,6 +77,12 @@ def _walk(top: Path, excludes: tuple[re.Pattern[str], ...]) -> list[Path]:
         files.extend(here / name for name in filenames
                      if name.endswith(".py") and not left_out(here / name, False))
     return sorted(files)
+
+
+def _gitignore(lines: list[str]) -> pathspec.PathSpec:
+    import pathspec  # imported here: a run on named files starts faster without it
+
+    return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
 def _ignored(spec: pathspec.PathSpec, base: Path, path: Path, is_dir: bool) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import io
 import re
 import tokenize
@@ -10,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amprewrite.analysis import ModuleAnalysis, analyse
 from amprewrite.analysis.amp_usage import amp_usage
 from amprewrite.analysis.lint import lint
 from amprewrite.analysis.training_step import Note
+from amprewrite.codegen import Layout, locate, render_module
 from amprewrite.findings import Finding
 from amprewrite.options import Options, validate
 from amprewrite.rules.checkpoint import checkpoint_scaler
@@ -97,10 +96,8 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
                    "no training step or evaluation forward pass found; file left unchanged")
         return RewriteResult(source, [*findings, Finding("AMP001", 1, 1, message)])
     ctx = plan_rewrite(analysis, options)
-    new_source = apply_edits(module, ctx.plan, ctx.facts.statements_around).bytes
-    _check_parses(new_source)
-    notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]
-    return RewriteResult(new_source, _locate(module, notes), new_source != source)
+    ctx.notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]
+    return _apply(module, source, ctx)
 
 
 def _lint(
@@ -166,6 +163,8 @@ def _then_rewrite(first: RewriteResult, source: bytes, options: Options) -> Rewr
 
 def _line_map(new: bytes, old: bytes) -> Callable[[int], int]:
     """Map a 1-based line of `new` to the line of `old` it comes from (or sits at)."""
+    import difflib  # imported here: only migrations need it
+
     matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
     blocks = matcher.get_opcodes()
 
@@ -208,9 +207,13 @@ def _trainer_apis(
 
 
 def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:
-    new_source = apply_edits(module, ctx.plan, ctx.facts.statements_around).bytes
-    _check_parses(new_source)
-    return RewriteResult(new_source, _locate(module, ctx.notes), new_source != source)
+    """Carry out the plan, render the result, and report the notes as findings."""
+    layout = locate(module, [note.node for note in ctx.notes])
+    new_module = apply_edits(module, ctx.plan, ctx.facts.statements_around)
+    new_source = render_module(new_module, module, layout, source)
+    if new_source != source:
+        _check_compiles(new_source)
+    return RewriteResult(new_source, _findings(layout, ctx.notes), new_source != source)
 
 
 def _check_decodes(source: bytes) -> None:
@@ -240,24 +243,26 @@ def _parse(source: bytes) -> cst.Module:
         raise RewriteError(Finding("AMP004", 1, 1, _UNDECODABLE)) from exc
 
 
-def _check_parses(source: bytes) -> None:
-    """Parse and compile the output: a bug in a rule must never reach the file (compiling
-    also catches what the grammar allows but Python refuses, like a repeated keyword)."""
+def _check_compiles(source: bytes) -> None:
+    """Compile the output: a bug in a rule must never reach the file. CPython's own parser
+    and compiler are the authority (and catch what the grammar allows but Python refuses,
+    like a repeated keyword); a second libcst parse would only cost time."""
     try:
-        cst.parse_module(source)
         compile(source, "<amprewrite output>", "exec", dont_inherit=True)
-    except (cst.ParserSyntaxError, SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError) as exc:
         raise RewriteError(Finding("AMP004", 1, 1, f"internal error: the rewrite does not "
                                    f"compile ({exc}); file left unchanged")) from exc
 
 
 def _locate(module: cst.Module, notes: list[Note]) -> list[Finding]:
-    """Turn notes on original nodes into findings with 1-based line and column."""
-    if not notes:
-        return []
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    """Findings for notes on nodes of `module`, which is not rewritten."""
+    return _findings(locate(module, [note.node for note in notes]), notes) if notes else []
+
+
+def _findings(layout: Layout, notes: list[Note]) -> list[Finding]:
+    """Notes on original nodes as findings with 1-based line and column, in source order."""
     findings = []
     for note in notes:
-        start = positions[note.node].start
-        findings.append(Finding(note.code, start.line, start.column + 1, note.message))
+        line, column = layout.starts[note.node]
+        findings.append(Finding(note.code, line, column + 1, note.message))
     return sorted(findings, key=lambda f: (f.line, f.col, f.code))

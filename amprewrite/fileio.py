@@ -1,4 +1,4 @@
-"""Reading sources and writing results safely: re-parsed first, written atomically."""
+"""Reading sources and writing results safely: compiled first, written atomically."""
 
 from __future__ import annotations
 
@@ -6,10 +6,7 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
-
-import libcst as cst
 
 TEMPORARY_SUFFIX = ".amprewrite"
 
@@ -36,7 +33,7 @@ def read_source(path: Path) -> bytes:
 def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> None:
     """Replace the content of `path` with `data`, or raise and leave it as it was.
 
-    `data` must parse (`UnparsableOutput` otherwise). When `expected` is given and the file no
+    `data` must compile (`UnparsableOutput` otherwise). When `expected` is given and the file no
     longer holds it, someone else changed it meanwhile: `ChangedOnDisk`. The data goes to a
     temporary file beside the target, is fsynced and given the target's mode, then renamed
     over it, so either the old or the new content is visible at every moment. A symbolic link
@@ -44,9 +41,9 @@ def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> 
     `PermissionError`, also for root.
     """
     try:
-        cst.parse_module(data)
-    except Exception as exc:  # ParserSyntaxError, or a decoding problem the engine introduced
-        detail = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        compile(data, str(path), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes, bad encoding declared
+        detail = f"{type(exc).__name__}: {exc}"
         raise UnparsableOutput(f"the rewritten source does not parse ({detail})") from exc
     target = path.resolve()
     mode = stat.S_IMODE(target.stat().st_mode)
@@ -54,6 +51,8 @@ def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> 
         raise PermissionError(errno.EACCES, "permission denied (read-only file)", str(path))
     if expected is not None and target.read_bytes() != expected:
         raise ChangedOnDisk("the file changed on disk while amprewrite was rewriting it")
+    import tempfile  # imported here: --check and --diff write nothing, and start faster
+
     handle, temporary = tempfile.mkstemp(
         dir=target.parent, prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX
     )

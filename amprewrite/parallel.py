@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
 import click
@@ -26,6 +25,8 @@ def run_files(
     if workers <= 1:
         results: Iterator[FileOutcome] = map(work, targets)
     else:
+        from concurrent.futures import ProcessPoolExecutor  # a one-file run starts faster
+
         executor = ProcessPoolExecutor(max_workers=workers)
         results = executor.map(work, targets, chunksize=max(1, len(targets) // (workers * 8)))
     try:

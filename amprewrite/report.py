@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import enum
 import io
 import tokenize
@@ -78,6 +77,8 @@ def status_text(status: Status, would: bool) -> str:
 def print_diff(outcome: FileOutcome) -> None:
     """A unified diff of the outcome on stdout; coloured only when stdout is a terminal."""
     before, after = _lines(outcome.before), _lines(outcome.after)
+    import difflib  # imported here: only --diff needs it
+
     diff = difflib.unified_diff(before, after, outcome.path, outcome.path)
     for index, line in enumerate(diff):
         body = line.rstrip("\r\n")

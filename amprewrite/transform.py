@@ -103,7 +103,10 @@ class _Applier(cst.CSTTransformer):
         return updated
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        return updated_node.with_changes(body=self._rebuild(original_node, updated_node.body))
+        # Edits never touch the header and footer comments: keep those very nodes.
+        return updated_node.with_changes(body=self._rebuild(original_node, updated_node.body),
+                                         header=original_node.header,
+                                         footer=original_node.footer)
 
     def leave_IndentedBlock(
         self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock

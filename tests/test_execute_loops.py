@@ -322,7 +322,11 @@ def _free_port() -> int:
 
 def _ddp_run(script: Path, log: Path) -> tuple[ScriptRun, dict[str, float], Counter]:
     env = {**ONE_THREAD, "PYTHONPATH": str(MULTIPROC_DIR), "AMPREWRITE_FORWARD_LOG": str(log)}
-    run = run_script(script, ("--port", str(_free_port())), env=env, timeout=60)
+    for _attempt in range(2):
+        log.unlink(missing_ok=True)
+        run = run_script(script, ("--port", str(_free_port())), env=env, timeout=60)
+        if run.ok or not _gloo_teardown_abort(run):
+            break
     assert run.ok, run.explain()
     losses = {rank: float(loss) for rank, loss in re.findall(RANK_LOSS, run.stdout)}
     forwards: Counter = Counter()
@@ -335,6 +339,14 @@ def _ddp_run(script: Path, log: Path) -> tuple[ScriptRun, dict[str, float], Coun
     assert set(pids) == {"0", "1"} and all(len(p) == 1 for p in pids.values()), pids
     assert len(pids["0"] | pids["1"]) == 2  # two worker processes, one per rank
     return run, losses, forwards
+
+
+def _gloo_teardown_abort(run: ScriptRun) -> bool:
+    """A worker aborted at exit, after both ranks finished training: gloo's background thread
+    still joinable when the process ends (rare, torch's teardown, not the training). Such a
+    run is tried once more."""
+    return ("terminate called without an active exception" in run.stderr
+            and len(re.findall(RANK_LOSS, run.stdout)) == 2)
 
 
 def test_ddp_workers_train_in_bf16_like_fp32(tmp_path: Path) -> None:

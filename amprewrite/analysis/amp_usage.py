@@ -12,6 +12,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
+from amprewrite.analysis.tree import descendants
 
 _SCALER_CLASSES = ("GradScaler", "ShardedGradScaler")
 _AUTOCASTS = frozenset({"amprewrite_runtime.autocast", "torch.autocast", "torch.amp.autocast",
@@ -128,7 +129,7 @@ def _is_scale_call(call: cst.Call, usage: AmpUsage) -> bool:
 
 def _checkpoint_entry(call: cst.Call, statement: Statement, usage: AmpUsage) -> None:
     """`"scaler": scaler.state_dict()` in a dict, `scaler=...` in dict(), or its own line."""
-    for node in _walk_statement(statement):
+    for node in descendants(statement):
         items = (node.elements if isinstance(node, cst.Dict)
                  else node.args if isinstance(node, cst.Call) else ())
         for item in items:
@@ -136,16 +137,6 @@ def _checkpoint_entry(call: cst.Call, statement: Statement, usage: AmpUsage) -> 
                 usage.entries.append((node, item))
                 return
     usage.statements.append(statement)
-
-
-def _walk_statement(statement: Statement) -> list[cst.CSTNode]:
-    found: list[cst.CSTNode] = []
-    stack: list[cst.CSTNode] = [statement]
-    while stack:
-        node = stack.pop()
-        found.append(node)
-        stack.extend(node.children)
-    return found
 
 
 def _is_scaler_class(func: cst.BaseExpression, facts: ModuleFacts) -> bool:
@@ -192,14 +183,14 @@ def _guards_on_scaler(statement: cst.If, usage: AmpUsage) -> bool:
         return False
     return any(dotted(node) in usage.scalers or (
         isinstance(node, cst.Attribute) and dotted(node.value) in usage.scalers)
-        for node in _walk_statement(statement.test)) or _restores_scaler(statement, usage)
+        for node in descendants(statement.test)) or _restores_scaler(statement, usage)
 
 
 def _restores_scaler(statement: cst.If, usage: AmpUsage) -> bool:
     body = statement.body.body
     return len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and any(
         isinstance(node, cst.Attribute) and node.attr.value == "load_state_dict"
-        and dotted(node.value) in usage.scalers for node in _walk_statement(body[0]))
+        and dotted(node.value) in usage.scalers for node in descendants(body[0]))
 
 
 def _is_amp_decorator(node: cst.BaseExpression, facts: ModuleFacts) -> bool:

@@ -8,6 +8,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
+from amprewrite.analysis.tree import children
 
 
 @dataclass
@@ -94,5 +95,5 @@ def _state_entry(call: cst.Call, statement: Statement, found: ApexAmp) -> None:
                 if isinstance(element, cst.DictElement) and element.value is call:
                     found.state_entries.append((node, element))
                     return
-        stack.extend(node.children)
+        stack.extend(children(node))
     found.state_statements.append(statement)

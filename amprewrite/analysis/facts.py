@@ -6,11 +6,14 @@ enclosing function/class), imports, calls, assignments and every name used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 
 from amprewrite.analysis.names import ImportTable, target_keys
+from amprewrite.analysis.tree import children, node_types
 
 Block = cst.Module | cst.IndentedBlock
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
@@ -89,20 +92,52 @@ class ModuleFacts:
         return info.block, info.index
 
 
-class _Collector(cst.CSTVisitor):
+_STATEMENTS = node_types(cst.SimpleStatementLine) | node_types(cst.BaseCompoundStatement)
+_SMALL_STATEMENTS = node_types(cst.BaseSmallStatement)
+
+
+class _Collector:
+    """One recursive walk that fills a ModuleFacts (`_visit_<Type>` methods see each node on
+    the way down)."""
+
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
         self.statement_stack: list[Statement] = []
         self.small_stack: list[cst.BaseSmallStatement] = []
         self.function_stack: list[cst.FunctionDef] = []
         self.class_stack: list[cst.ClassDef | None] = [None]
-        self.block_parent: dict[Block, cst.BaseCompoundStatement | None] = {}
+
+    def walk(self, node: cst.CSTNode) -> None:
+        if self.statement_stack:
+            self.facts.owner[id(node)] = self.statement_stack[-1]
+        kind = type(node)
+        is_statement = kind in _STATEMENTS
+        if is_statement:
+            self.statement_stack.append(node)  # type: ignore[arg-type]
+            self.facts.order[node] = len(self.facts.order)  # type: ignore[index]
+        is_small = kind in _SMALL_STATEMENTS
+        if is_small:
+            self.small_stack.append(node)  # type: ignore[arg-type]
+        visit = _VISITS.get(kind)
+        if visit is not None:
+            visit(self, node)
+        for child in children(node):
+            self.walk(child)
+        if kind is cst.FunctionDef:
+            self.function_stack.pop()
+            self.class_stack.pop()
+        elif kind is cst.ClassDef:
+            self.class_stack.pop()
+        if is_statement:
+            self.statement_stack.pop()
+        if is_small:
+            self.small_stack.pop()
 
     # Blocks and statements -------------------------------------------------------------
-    def visit_Module(self, node: cst.Module) -> None:
+    def _visit_Module(self, node: cst.Module) -> None:
         self._index_block(node, None)
 
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+    def _visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         parent = self.statement_stack[-1] if self.statement_stack else None
         assert parent is None or isinstance(parent, cst.BaseCompoundStatement)
         self._index_block(node, parent)
@@ -112,24 +147,7 @@ class _Collector(cst.CSTVisitor):
         for index, statement in enumerate(block.body):
             self.facts.statements[statement] = StatementInfo(block, index, parent, function)
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.statement_stack:
-            self.facts.owner[id(node)] = self.statement_stack[-1]
-        if isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
-            self.statement_stack.append(node)
-            self.facts.order[node] = len(self.facts.order)
-        if isinstance(node, cst.BaseSmallStatement):
-            self.small_stack.append(node)
-        return super().on_visit(node)
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
-            self.statement_stack.pop()
-        if isinstance(original_node, cst.BaseSmallStatement):
-            self.small_stack.pop()
-        super().on_leave(original_node)
-
-    def visit_If(self, node: cst.If) -> None:
+    def _visit_If(self, node: cst.If) -> None:
         # An `elif` is an If inside `orelse`: index it as a child of the If it continues.
         if isinstance(node.orelse, cst.If):
             outer = self.facts.statements.get(node)
@@ -138,16 +156,14 @@ class _Collector(cst.CSTVisitor):
                     outer.block, outer.index, node, outer.function
                 )
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+    def _visit_SimpleStatementLine(self, node: SmallContainer) -> None:
         for small in node.body:
             self.facts.small_containers[small] = node
 
-    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
-        for small in node.body:
-            self.facts.small_containers[small] = node
+    _visit_SimpleStatementSuite = _visit_SimpleStatementLine
 
-    # Scopes -------------------------------------------------------------------------------
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    # Scopes (left again at the end of `walk`) ----------------------------------------------
+    def _visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.facts.functions.append(node)
         owner = self.class_stack[-1]
         if owner is not None:
@@ -156,34 +172,26 @@ class _Collector(cst.CSTVisitor):
         self.class_stack.append(None)
         self.facts.names.add(node.name.value)
 
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.function_stack.pop()
-        self.class_stack.pop()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+    def _visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.facts.classes.append(node)
         self.class_stack.append(node)
         self.facts.names.add(node.name.value)
 
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.class_stack.pop()
-
     # Facts ----------------------------------------------------------------------------------
-    def visit_Import(self, node: cst.Import) -> None:
+    def _visit_Import(self, node: cst.Import | cst.ImportFrom) -> None:
         self.facts.imports.add(node)
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.facts.imports.add(node)
+    _visit_ImportFrom = _visit_Import
 
-    def visit_Name(self, node: cst.Name) -> None:
+    def _visit_Name(self, node: cst.Name) -> None:
         self.facts.names.add(node.value)
 
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+    def _visit_SimpleString(self, node: cst.SimpleString) -> None:
         value = node.evaluated_value
         if isinstance(value, str) and len(value) < 64:
             self.facts.strings.add(value)
 
-    def visit_Call(self, node: cst.Call) -> None:
+    def _visit_Call(self, node: cst.Call) -> None:
         if not self.statement_stack:
             return
         self.facts.calls.append(
@@ -195,11 +203,11 @@ class _Collector(cst.CSTVisitor):
             )
         )
 
-    def visit_Assign(self, node: cst.Assign) -> None:
+    def _visit_Assign(self, node: cst.Assign) -> None:
         keys = tuple(k for t in node.targets for k in target_keys(t.target))
         self._bind(keys, node.value)
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+    def _visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
             self._bind(tuple(target_keys(node.target)), node.value)
 
@@ -209,9 +217,15 @@ class _Collector(cst.CSTVisitor):
             self.facts.bindings.append(Binding(keys, value, self.statement_stack[-1], function))
 
 
+_VISITS: dict[type, Callable[[_Collector, Any], None]] = {
+    getattr(cst, name.removeprefix("_visit_")): method
+    for name, method in vars(_Collector).items() if name.startswith("_visit_")
+}
+
+
 def collect(module: cst.Module) -> ModuleFacts:
     facts = ModuleFacts(module)
-    module.visit(_Collector(facts))
+    _Collector(facts).walk(module)
     facts.header_imports_end = _header_imports_end(module)
     return facts
 

@@ -14,6 +14,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import dotted, receiver_key
+from amprewrite.analysis.tree import children
 
 
 class Kind(str, Enum):
@@ -245,5 +246,5 @@ def parameter_owners(node: cst.CSTNode) -> list[str]:
             key = receiver_key(current.func.value)
             if key is not None:
                 owners.append(key)
-        stack.extend(current.children)
+        stack.extend(children(current))
     return owners

@@ -15,6 +15,7 @@ from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.statements import is_backward_call, is_step_call
 from amprewrite.analysis.training_step import Note
+from amprewrite.analysis.tree import children
 from amprewrite.analysis.unsafe_losses import unsafe_calls
 from amprewrite.analysis.unscaling import Unscale, gradient_uses
 
@@ -117,5 +118,5 @@ def _saves_scaler(container: cst.CSTNode | None, usage: AmpUsage) -> bool:
         node = stack.pop()
         if isinstance(node, cst.Call) and _scaler_call(node, usage, "state_dict"):
             return True
-        stack.extend(node.children)
+        stack.extend(children(node))
     return False

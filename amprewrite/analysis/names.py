@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from amprewrite.analysis.tree import children
+
 
 def dotted(node: cst.CSTNode) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
@@ -97,7 +99,7 @@ def iter_keys(node: cst.CSTNode) -> Iterator[str]:
                 key = key.rsplit(".", 1)[0]
                 yield key
             continue
-        stack.extend(current.children)
+        stack.extend(children(current))
 
 
 def target_keys(target: cst.BaseExpression) -> Iterator[str]:
@@ -152,4 +154,4 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield current
         nested = isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda)
         if not nested or current is node:
-            stack.extend(current.children)
+            stack.extend(children(current))

@@ -20,6 +20,7 @@ from amprewrite_runtime.policy import (
 )
 from amprewrite_runtime.precision import MasterWeights, cast_inputs_at_forward, cast_model
 from amprewrite_runtime.properties import Properties, properties_for
+from amprewrite_runtime.trace import Tracer
 
 _TORCH_KEYS = {"scale": "scale", "growth_factor": "growth_factor",
                "backoff_factor": "backoff_factor", "growth_interval": "growth_interval",
@@ -82,6 +83,7 @@ class GradScaler:
         self._unscaled: set[int] = set()
         self._skipped_steps = 0
         self._last_step_skipped = False
+        self._tracer = Tracer.from_env()  # None unless AMPREWRITE_TRACE/_MAX_STEPS is set
 
     @property
     def last_step_skipped(self) -> bool:
@@ -126,6 +128,8 @@ class GradScaler:
         The first call creates the torch scaler on the loss's device type; every call records
         that device for later `autocast()` regions. Returns `outputs` itself when not scaling.
         """
+        if self._tracer is not None:
+            self._tracer.on_scale(outputs)
         if not isinstance(outputs, torch.Tensor | list | tuple) and isinstance(outputs, Iterable):
             items = tuple(outputs)  # probe a generator for its device without consuming it
             found = _device_type_of(items)
@@ -166,10 +170,14 @@ class GradScaler:
             self._skipped_steps += self._last_step_skipped
         if masters is not None and not self._last_step_skipped:
             masters.masters_to_model()
+        if self._tracer is not None:
+            self._tracer.on_step(self)
         return result
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
         """Back the scale off after a skipped step, grow it after `growth_interval` good ones."""
+        if self._tracer is not None:
+            self._tracer.on_update()
         if self._scaler is None:
             return
         if new_scale is None and self.properties.loss_scale != "dynamic":

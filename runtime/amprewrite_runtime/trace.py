@@ -1,0 +1,122 @@
+"""Step traces and a step budget, read from the environment (what `amprewrite compare` uses).
+
+- `AMPREWRITE_TRACE=path.jsonl` appends one JSON object per optimizer step taken through
+  `GradScaler.step()`: `{"step", "iteration", "loss", "scale", "skipped", "time_s",
+  "opt_level", "dtype", "device"}`.
+- `AMPREWRITE_MAX_STEPS=N` ends the run cleanly (`SystemExit(0)` from `GradScaler.update()`)
+  once N optimizer steps were taken.
+
+An iteration runs from one `update()` to the next (the first starts at the first `scale()`).
+`loss` is the last loss passed to `scale()` before the step (unscaled; null when it was not a
+one-element tensor), `scale` the loss scale the step used (1.0 when not scaling). `time_s` is
+the wall time from the start of the iteration to the end of this step (after
+`torch.cuda.synchronize()` on CUDA): with one optimizer, the iteration's time; with several
+(a GAN), one record per `step()`, all with the same `iteration`, and the last one's `time_s`
+is the iteration's. The first iteration's time leaves out its forward pass.
+
+Off (both variables unset) the scaler holds `None` and each hook costs one attribute check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+import torch
+
+from amprewrite_runtime.policy import resolve_device, resolve_dtype
+
+if TYPE_CHECKING:
+    from amprewrite_runtime.scaler import GradScaler
+
+ENV_TRACE = "AMPREWRITE_TRACE"
+ENV_MAX_STEPS = "AMPREWRITE_MAX_STEPS"
+
+
+class Tracer:
+    """Per-process hooks for `GradScaler.scale()`, `step()` and `update()`."""
+
+    _shared: Tracer | None = None  # one per process, whatever the number of scalers
+
+    def __init__(self, path: str | None, max_steps: int | None) -> None:
+        self.path = path
+        self.max_steps = max_steps
+        self.steps = 0
+        self.iterations = 0
+        self._file: IO[str] | None = None
+        self._loss: torch.Tensor | None = None
+        self._started: float | None = None
+
+    @classmethod
+    def from_env(cls) -> Tracer | None:
+        """The process's tracer when `AMPREWRITE_TRACE` or `AMPREWRITE_MAX_STEPS` is set."""
+        path = os.environ.get(ENV_TRACE) or None
+        max_steps = _max_steps()
+        if path is None and max_steps is None:
+            return None
+        shared = cls._shared
+        if shared is None or (shared.path, shared.max_steps) != (path, max_steps):
+            if shared is not None:
+                shared.close()
+            shared = cls._shared = cls(path, max_steps)
+        return shared
+
+    def on_scale(self, outputs: Any) -> None:
+        """Remember the loss (a one-element tensor, or the first of a list or tuple)."""
+        if self._started is None:
+            self._started = time.perf_counter()
+        if isinstance(outputs, list | tuple):
+            outputs = next((item for item in outputs if isinstance(item, torch.Tensor)), None)
+        is_loss = isinstance(outputs, torch.Tensor) and outputs.numel() == 1
+        self._loss = outputs.detach() if is_loss else None
+
+    def on_step(self, scaler: GradScaler) -> None:
+        """Count the step and write its record."""
+        self.steps += 1
+        if self.path is None:
+            return
+        device = resolve_device()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        started = now if self._started is None else self._started
+        dtype = "float32" if scaler.opt_level == "O0" else str(resolve_dtype(device))
+        record = {
+            "step": self.steps,
+            "iteration": self.iterations + 1,
+            "loss": None if self._loss is None else float(self._loss.item()),
+            "scale": float(scaler.get_scale()),
+            "skipped": scaler.last_step_skipped,
+            "time_s": now - started,
+            "opt_level": scaler.opt_level,
+            "dtype": dtype.removeprefix("torch."),
+            "device": device,
+        }
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def on_update(self) -> None:
+        """Start the next iteration; end the run once `AMPREWRITE_MAX_STEPS` steps were taken."""
+        self.iterations += 1
+        if self.max_steps is not None and self.steps >= self.max_steps:
+            self.close()
+            raise SystemExit(0)
+        self._started = time.perf_counter()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _max_steps() -> int | None:
+    value = os.environ.get(ENV_MAX_STEPS)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{ENV_MAX_STEPS}={value!r} is not valid; use a positive integer")
+    return int(value)
