@@ -40,6 +40,8 @@ _MAY_TRAIN = re.compile(rb"torch|backward|lightning|accelerate|apex|determined|e
 
 @dataclass
 class RewriteResult:
+    """The rewritten source of one file and its findings."""
+
     source: bytes  # the new source; identical bytes when nothing changed
     findings: list[Finding] = field(default_factory=list)
     changed: bool = False

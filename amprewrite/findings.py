@@ -20,6 +20,8 @@ class Severity(str, Enum):
 
 @dataclass(frozen=True)
 class Code:
+    """What a finding code means: its severity, a title and advice."""
+
     severity: Severity
     title: str
     advice: str

@@ -10,6 +10,8 @@ DTYPES = ("float16", "bfloat16")
 
 @dataclass(frozen=True)
 class Options:
+    """How to rewrite: opt level, dtype, style and apex-style property overrides."""
+
     opt_level: str = "O1"
     dtype: str | None = None  # None: the runtime picks (float16 on CUDA, bfloat16 on the CPU)
     plain: bool = False  # emit torch.amp only, no runtime import

@@ -27,6 +27,8 @@ class Status(enum.Enum):
 
 @dataclass
 class FileOutcome:
+    """What happened to one file: its status, findings and contents."""
+
     path: str  # as the user will see it
     status: Status
     findings: list[Finding] = field(default_factory=list)

@@ -52,6 +52,8 @@ class InsertAfterSmall:
 
 @dataclass
 class Plan:
+    """Every edit of one module, against nodes of the original tree."""
+
     replaces: list[Replace] = field(default_factory=list)
     wraps: list[Wrap] = field(default_factory=list)
     inserts: list[Insert] = field(default_factory=list)

@@ -2,7 +2,7 @@
 files, measured in one run, and the wall time of a one-file `--check` against importing libcst.
 
     python benchmarks/codemod_speed.py [--files N] [--torch-files N] [--repeats N]
-                                       [--json OUT.json]
+                                       [--torch-repeats N] [--runs N] [--json OUT.json]
 
 Trees: a generated corpus of training scripts (benchmarks/corpus.py; every file is rewritten)
 and the installed torch package's own sources (most files mention torch, so they are parsed
@@ -130,7 +130,9 @@ def main() -> None:
     parser.add_argument("--torch-files", type=int, default=None,
                         help="only the first N files of torch's sources (default: all)")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of each throughput measurement (median; default: 3)")
+                        help="runs of each measurement on the generated corpus (median)")
+    parser.add_argument("--torch-repeats", type=int, default=1,
+                        help="runs of each measurement on torch's sources (default: 1)")
     parser.add_argument("--runs", type=int, default=20, help="one-file --check runs")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
@@ -148,7 +150,7 @@ def main() -> None:
         torch_tree = torch_root if args.torch_files is None else sample_tree(
             torch_root, temporary / "torch", args.torch_files)
         results = [throughput("generated training scripts", generated, args.repeats),
-                   throughput(f"torch {info['torch']} sources", torch_tree, args.repeats)]
+                   throughput(f"torch {info['torch']} sources", torch_tree, args.torch_repeats)]
         startup = one_file_check(temporary, args.runs)
 
     h.print_table(

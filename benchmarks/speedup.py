@@ -75,7 +75,9 @@ def main() -> None:
                                                   "200 on CUDA)")
     parser.add_argument("--warmup", type=int, help="steps dropped at the start of each run "
                                                    "(default: 3 on the CPU, 20 on CUDA)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of the three variants")
+    parser.add_argument("--repeats", type=int, default=8,
+                        help="rounds of the three variants (default: 8: a process's own speed "
+                             "varies by a few percent, so many processes are pooled)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     devices = h.chosen_devices(parser, args)

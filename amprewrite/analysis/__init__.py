@@ -31,6 +31,8 @@ from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses
 
 @dataclass
 class ModuleAnalysis:
+    """Every fact the rules need about one module, from one analysis."""
+
     facts: ModuleFacts
     kinds: KindTable
     existing_amp: str | None  # the AMP API the module already uses, if any

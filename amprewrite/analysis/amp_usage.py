@@ -22,6 +22,8 @@ _DECORATORS = ("custom_fwd", "custom_bwd")
 
 @dataclass
 class AmpUsage:
+    """What amprewrite wrote into a module: what reverting it to FP32 takes out."""
+
     scalers: set[str] = field(default_factory=set)  # keys holding a grad scaler
     imports: list[Statement] = field(default_factory=list)  # runtime / sharded scaler imports
     statements: list[Statement] = field(default_factory=list)  # lines to delete

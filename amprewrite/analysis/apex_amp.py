@@ -13,6 +13,8 @@ from amprewrite.analysis.tree import children
 
 @dataclass
 class ApexAmp:
+    """The apex.amp calls of a module, to migrate to native AMP."""
+
     imports: list[Statement] = field(default_factory=list)  # `from apex import amp`
     initialize: list[tuple[Statement, cst.Call]] = field(default_factory=list)
     scale_loss: list[cst.With] = field(default_factory=list)  # `with amp.scale_loss(...) as s:`

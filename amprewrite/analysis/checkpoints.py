@@ -32,6 +32,8 @@ class RestoredState:
 
 @dataclass
 class Checkpoints:
+    """Where training state is saved and restored, and the key for the scaler's state."""
+
     saved: list[SavedState]
     restored: list[RestoredState]
     key: str  # the checkpoint key for the scaler's state

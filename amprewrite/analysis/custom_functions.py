@@ -18,6 +18,8 @@ _FLOAT32_OPS = frozenset({"inverse", "det", "logdet", "slogdet", "cholesky", "sv
 
 @dataclass(frozen=True)
 class CustomFunction:
+    """A `torch.autograd.Function` subclass whose forward and backward need AMP decorators."""
+
     cls: cst.ClassDef
     forward: cst.FunctionDef
     backward: cst.FunctionDef | None

@@ -15,6 +15,8 @@ _NAMES = frozenset({"autocast", "GradScaler", "custom_fwd", "custom_bwd"})
 
 @dataclass(frozen=True)
 class DeprecatedUse:
+    """One use of `torch.cuda.amp` / `torch.cpu.amp`."""
+
     node: cst.Call | cst.Decorator  # a call, or a decorator used without a call
     name: str  # autocast, GradScaler, custom_fwd, custom_bwd
     device: str  # "cuda" or "cpu"
@@ -22,6 +24,8 @@ class DeprecatedUse:
 
 @dataclass
 class DeprecatedAmp:
+    """The deprecated AMP uses and imports of a module, to migrate to `torch.amp`."""
+
     uses: list[DeprecatedUse] = field(default_factory=list)
     imports: list[cst.ImportFrom | cst.Import] = field(default_factory=list)
 

@@ -12,6 +12,8 @@ from amprewrite.analysis.names import dotted
 
 @dataclass(frozen=True)
 class EntryPoint:
+    """Where a script starts: the place to seed everything (--reproducible)."""
+
     block: Block  # where seeding goes: main()'s body, the `__main__` block, or the module
     index: int
     function: cst.FunctionDef | None  # main(), or None at module level

@@ -22,6 +22,8 @@ SmallContainer = cst.SimpleStatementLine | cst.SimpleStatementSuite
 
 @dataclass(frozen=True)
 class StatementInfo:
+    """Where a statement sits: its block, its index there, and what encloses it."""
+
     block: Block
     index: int
     parent: cst.BaseCompoundStatement | None  # the compound statement owning `block`
@@ -30,6 +32,8 @@ class StatementInfo:
 
 @dataclass(frozen=True)
 class CallSite:
+    """A call and the statements and function around it."""
+
     call: cst.Call
     statement: Statement  # the block-level statement containing the call
     small: cst.BaseSmallStatement | None  # the small statement containing it, if any
@@ -48,6 +52,8 @@ class Binding:
 
 @dataclass
 class ModuleFacts:
+    """The structural facts of a module, collected in one walk."""
+
     module: cst.Module
     imports: ImportTable = field(default_factory=ImportTable)
     statements: dict[Statement, StatementInfo] = field(default_factory=dict)

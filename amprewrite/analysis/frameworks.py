@@ -25,6 +25,8 @@ _FRAMEWORK_MODULES = ("accelerate", "lightning", "pytorch_lightning")
 
 @dataclass(frozen=True)
 class PrecisionSwitch:
+    """A framework constructor whose precision argument turns mixed precision on."""
+
     call: cst.Call  # `Accelerator(...)`, `Trainer(...)`, `Fabric(...)`
     framework: str  # its qualified name
     keyword: str

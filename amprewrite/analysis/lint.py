@@ -22,6 +22,8 @@ from amprewrite.analysis.unscaling import Unscale, gradient_uses
 
 @dataclass
 class Lint:
+    """The AMP mistakes of a module that already uses AMP, and the fixable ones."""
+
     scaler: str | None  # the script's scaler (the first one), which fixes use
     notes: list[Note] = field(default_factory=list)  # every mistake found
     unscaled_backwards: list[CallSite] = field(default_factory=list)  # fixable: scale them

@@ -13,6 +13,8 @@ from amprewrite.analysis.names import receiver_key
 
 @dataclass(frozen=True)
 class OptimizerBuild:
+    """Where a stepped optimizer is built, and which models it trains."""
+
     binding: Binding  # `optimizer = torch.optim.SGD(model.parameters(), ...)`
     optimizer: str  # the optimizer's key
     models: tuple[str, ...]  # keys whose `.parameters()` reach it; empty: unknown

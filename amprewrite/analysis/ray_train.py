@@ -14,6 +14,8 @@ _PREFIX = "ray.train.torch."
 
 @dataclass
 class RayAmp:
+    """Ray Train's deprecated AMP helpers in a module, to migrate."""
+
     accelerate: list[Statement] = field(default_factory=list)  # `train.torch.accelerate(amp=...)`
     prepare_optimizer: list[tuple[Statement, cst.Call]] = field(default_factory=list)
     backward: list[cst.Call] = field(default_factory=list)  # `train.torch.backward(loss)`

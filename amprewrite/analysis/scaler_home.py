@@ -23,6 +23,8 @@ _CANDIDATE_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 
 @dataclass(frozen=True)
 class ScalerHome:
+    """Where the one grad scaler is created and how the training step refers to it."""
+
     expression: str  # how every site refers to it: `scaler` or `self.scaler`
     block: Block  # the block it is created in
     index: int  # created before the statement at this index of `block`

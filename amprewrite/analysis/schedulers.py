@@ -20,6 +20,8 @@ from amprewrite.analysis.training_step import same_iteration
 
 @dataclass(frozen=True)
 class GuardedScheduler:
+    """An LR scheduler stepped right after an optimizer step the scaler may skip."""
+
     site: CallSite  # `scheduler.step()`, alone on its line
     after: CallSite  # the optimizer step it follows (where `scaler.update()` goes)
 

@@ -20,6 +20,8 @@ _EVAL_HOOKS = {"determined": ("evaluate_batch", "evaluate_full_dataset"),
 
 @dataclass
 class TrainerClass:
+    """A Determined trial or Enchanter runner class and its training-step calls."""
+
     api: str  # "determined" or "enchanter"
     cls: cst.ClassDef
     init: cst.FunctionDef | None
@@ -32,6 +34,8 @@ class TrainerClass:
 
 @dataclass
 class TrainerApis:
+    """The trainer classes and runners of a module that take a grad scaler."""
+
     classes: list[TrainerClass] = field(default_factory=list)
     runners: list[Binding] = field(default_factory=list)  # `runner = ClassificationRunner(...)`
 

@@ -56,6 +56,8 @@ class Region:
 
 @dataclass
 class TrainingSteps:
+    """The training steps of a module: what to scale, step, update, unscale, autocast."""
+
     backwards: list[CallSite] = field(default_factory=list)  # to scale
     steps: list[CallSite] = field(default_factory=list)  # to route through the scaler
     updates_after: list[CallSite] = field(default_factory=list)  # steps followed by update()

@@ -21,12 +21,16 @@ _UNSAFE = frozenset({"torch.nn.functional.binary_cross_entropy", "torch.nn.BCELo
 
 @dataclass(frozen=True)
 class UnsafeLoss:
+    """A statement computing a loss that is unsafe under autocast (float32 inputs needed)."""
+
     statement: Statement
     calls: tuple[cst.Call, ...]  # the loss calls whose first argument must become float32
 
 
 @dataclass
 class SplitRegions:
+    """Autocast regions with the unsafe loss computations cut out of them."""
+
     regions: list[Region] = field(default_factory=list)  # what stays under autocast
     moved_out: list[UnsafeLoss] = field(default_factory=list)
     inline: list[CallSite] = field(default_factory=list)  # `bce(model(x), y).backward()`

@@ -14,6 +14,8 @@ from amprewrite.transform import Plan
 
 @dataclass
 class RuleContext:
+    """What the rules share while planning one module's rewrite."""
+
     facts: ModuleFacts
     options: Options
     autocast_call: str  # e.g. `autocast()` or `torch.autocast(amp_device)`

@@ -14,6 +14,8 @@ from amprewrite.transform import Replace
 
 @dataclass(frozen=True)
 class Decorators:
+    """The AMP decorators of custom autograd Functions, as source text."""
+
     forward: str  # e.g. `custom_fwd`
     forward_float32: str  # e.g. `custom_fwd(cast_inputs=torch.float32)`
     backward: str  # e.g. `custom_bwd`

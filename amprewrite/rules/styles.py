@@ -24,6 +24,8 @@ class Needs:
 
 @dataclass
 class Style:
+    """How the rewrite spells AMP: the runtime's API or plain torch.amp."""
+
     imports: list[str] = field(default_factory=list)  # added after the module's imports
     definitions: list[str] = field(default_factory=list)  # module-level names, after imports
     autocast: str = ""  # the context manager expression

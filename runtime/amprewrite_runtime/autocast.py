@@ -8,8 +8,7 @@ from typing import Any
 
 import torch
 
-from amprewrite_runtime.policy import as_dtype, resolve_device, resolve_dtype, resolve_opt_level
-from amprewrite_runtime.properties import LEVELS
+from amprewrite_runtime.policy import as_dtype, autocast_settings, resolve_device
 
 
 def autocast(dtype: str | torch.dtype | None = None, *, enabled: bool = True) -> torch.autocast:
@@ -18,12 +17,8 @@ def autocast(dtype: str | torch.dtype | None = None, *, enabled: bool = True) ->
     O0 is plain FP32; O2/O3 cast the model instead of patching operations (apex's
     `patch_torch_functions=False`), so their autocast regions are disabled too.
     """
-    device = resolve_device()
-    return torch.autocast(
-        device,
-        dtype=resolve_dtype(device, dtype),
-        enabled=enabled and LEVELS[resolve_opt_level()].patch_functions,
-    )
+    device, low_precision, at_this_level = autocast_settings(dtype)
+    return torch.autocast(device, dtype=low_precision, enabled=enabled and at_this_level)
 
 
 def custom_fwd(

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from amprewrite_runtime.properties import LEVELS
+
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 ENV_OPT_LEVEL = "AMPREWRITE_OPT_LEVEL"
@@ -40,6 +42,9 @@ class _State:
     declared_level: str | None = None  # the opt level the script's GradScaler asked for
     declared_dtype: torch.dtype | None = None  # the dtype the script's GradScaler asked for
     default_device: str | None = None
+    # autocast()'s (device type, dtype, enabled) with no arguments; forgotten whenever a
+    # setting it depends on changes (a rewritten step builds one autocast per iteration).
+    autocast: tuple[str, torch.dtype, bool] | None = None
 
 
 def overrides() -> Overrides:
@@ -89,6 +94,7 @@ def _reset() -> None:
     For tests: call it after changing `AMPREWRITE_*` variables (e.g. with monkeypatch).
     """
     _State.overrides = None
+    _State.autocast = None
     _State.last_device = None
     _State.default_device = None
     _State.declared_level = None
@@ -99,6 +105,7 @@ def declare(level: str | None, dtype: torch.dtype | None) -> None:
     """The script's own opt level and dtype (from its GradScaler), used where no other is given."""
     _State.declared_level = level
     _State.declared_dtype = dtype
+    _State.autocast = None
 
 
 def resolve_opt_level(requested: str | None = None) -> str:
@@ -139,4 +146,19 @@ def as_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
 
 def note_device(device_type: str) -> None:
     """Record where training runs (the device of a scaled loss) for later autocast regions."""
-    _State.last_device = device_type
+    if device_type != _State.last_device:
+        _State.last_device = device_type
+        _State.autocast = None
+
+
+def autocast_settings(requested: str | torch.dtype | None = None) -> tuple[str, torch.dtype, bool]:
+    """The device type and dtype of an autocast region, and whether the opt level in force
+    enables it (O1 only: O2/O3 cast the model instead)."""
+    if requested is None and _State.autocast is not None:
+        return _State.autocast
+    device = resolve_device()
+    enabled = LEVELS[resolve_opt_level()].patch_functions
+    settings = (device, resolve_dtype(device, requested), enabled)
+    if requested is None:
+        _State.autocast = settings
+    return settings

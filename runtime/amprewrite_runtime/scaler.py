@@ -84,6 +84,11 @@ class GradScaler:
         self._skipped_steps = 0
         self._last_step_skipped = False
         self._tracer = Tracer.from_env()  # None unless AMPREWRITE_TRACE/_MAX_STEPS is set
+        # Known after the first scale(): the scaler is off and nothing else happens around
+        # a step (no tracer, no master weights, no model cast to check), so scale(), step()
+        # and update() only pass through. A rewritten step's overhead is a few attribute
+        # reads then (benchmarks/overhead.py).
+        self._passthrough = False
 
     @property
     def last_step_skipped(self) -> bool:
@@ -105,6 +110,7 @@ class GradScaler:
         `AMPREWRITE_OPT_LEVEL`. Returns the same objects, changed in place.
         """
         self._initialized = True
+        self._passthrough = False  # master weights may follow: the full path from now on
         if not self.properties.cast_model:
             return model, optimizer
         device = self._device_type or next(model.parameters()).device.type
@@ -125,9 +131,12 @@ class GradScaler:
     def scale(self, outputs: Any) -> Any:
         """Multiply a loss (or nested lists/tuples/iterables of them) by the scale, like torch.
 
-        The first call creates the torch scaler on the loss's device type; every call records
-        that device for later `autocast()` regions. Returns `outputs` itself when not scaling.
+        The first call creates the torch scaler on the loss's device type and records that
+        device for later `autocast()` regions (as does every call while scaling is on).
+        Returns `outputs` itself when not scaling.
         """
+        if self._passthrough and type(outputs) is torch.Tensor:
+            return outputs  # nothing to scale, and the device was recorded at the first call
         if self._tracer is not None:
             self._tracer.on_scale(outputs)
         if not isinstance(outputs, torch.Tensor | list | tuple) and isinstance(outputs, Iterable):
@@ -152,6 +161,9 @@ class GradScaler:
 
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """`optimizer.step(*args, **kwargs)` unless the gradients hold inf/NaN values."""
+        if self._passthrough:
+            self._unscaled.discard(id(optimizer))
+            return optimizer.step(*args, **kwargs)
         if self.properties.cast_model and not self._initialized:
             raise RuntimeError(f"opt level {self.opt_level} casts the model: the script must "
                                "call `scaler.initialize(model, optimizer)` (rewrite it with "
@@ -176,6 +188,8 @@ class GradScaler:
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
         """Back the scale off after a skipped step, grow it after `growth_interval` good ones."""
+        if self._passthrough:
+            return
         if self._tracer is not None:
             self._tracer.on_update()
         if self._scaler is None:
@@ -227,6 +241,8 @@ class GradScaler:
             self._scaler = self._new_torch_scaler(device)
             if self._scaler.is_enabled():
                 self._scaler.load_state_dict(self._native_state())
+            self._passthrough = (not self._scaler.is_enabled() and self._tracer is None
+                                 and not self.properties.cast_model and not self._masters)
         return self._scaler
 
     def _new_torch_scaler(self, device: str) -> torch.amp.GradScaler:

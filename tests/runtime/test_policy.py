@@ -97,3 +97,16 @@ def test_default_dtype_per_device() -> None:
     assert policy.resolve_dtype("cpu") == torch.bfloat16
     with pytest.raises(ValueError, match="dtype"):
         policy.resolve_dtype("cpu", "float8")
+
+
+def test_autocast_settings_follow_every_change_of_the_policy() -> None:
+    """autocast() reuses its settings between iterations, and drops them on any change."""
+    assert policy.autocast_settings() == ("cpu", torch.bfloat16, True)
+    GradScaler().scale(torch.tensor(1.0, device="meta"))  # training moved: the device follows
+    assert policy.autocast_settings() == ("meta", torch.bfloat16, True)
+    GradScaler(opt_level="O2")  # the script declares another level: its regions are off
+    assert policy.autocast_settings() == ("meta", torch.bfloat16, False)
+    GradScaler(opt_level="O1", dtype="float16")
+    assert policy.autocast_settings() == ("meta", torch.float16, True)
+    assert policy.autocast_settings("bfloat16") == ("meta", torch.bfloat16, True)
+    assert policy.autocast_settings() == ("meta", torch.float16, True)  # not cached

@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 from amprewrite_runtime import GradScaler, autocast, policy
+from torch import nn
 
 
 def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -176,3 +177,27 @@ def test_loading_another_opt_level_warns(monkeypatch: pytest.MonkeyPatch) -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         scaler.load_state_dict(scaler.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "passes_through"),
+    [({}, True), ({"dtype": "float16"}, False), ({"loss_scale": 128.0}, False),
+     ({"opt_level": "O2"}, False), ({"opt_level": "O0"}, True)],
+)
+def test_only_a_scaler_with_nothing_to_do_passes_straight_through(
+    arguments: dict, passes_through: bool
+) -> None:
+    """The fast path (bfloat16 or FP32 on the CPU) still trains exactly like the full one."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = GradScaler(**arguments)
+    scaler.initialize(model, optimizer)
+    before = model.weight.detach().clone()
+    loss = model(torch.randn(8, 4).to(model.weight.dtype)).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert scaler._passthrough is passes_through
+    assert not torch.equal(model.weight.detach(), before)  # the optimizer stepped
+    assert not scaler.last_step_skipped and scaler.skipped_steps == 0
