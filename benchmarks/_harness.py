@@ -14,12 +14,15 @@ import argparse
 import json
 import os
 import platform
+import runpy
 import statistics
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +101,55 @@ def run_script(path: Path, config: Config, steps: int) -> dict[str, list[float]]
         raise RuntimeError(f"{path.name} failed on {config.device} {config.dtype} "
                            f"(exit {completed.returncode}):\n{completed.stderr[-4000:]}")
     return json.loads(completed.stdout.splitlines()[-1])
+
+
+def run_in_turns(scripts: dict[str, Path], config: Config, steps: int, warmup: int,
+                 repeats: int, label: str,
+                 environments: dict[str, dict[str, str]] | None = None) -> dict[str, list[Run]]:
+    """Each variant's runs: every script's `main()` called `repeats` times in turn, the order
+    rotated each round, in one fresh process for `config`.
+
+    One process for all variants: a process's own speed varies by a few percent from one
+    start to the next (memory layout, thread pool), more than the differences sought. The
+    runtime reads AMPREWRITE_* once per process, so each configuration gets its own.
+    `environments` adds variables for one variant's runs (e.g. a trace file)."""
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as worker:
+        return worker.submit(_turns, scripts, config, steps, warmup, repeats, label,
+                             environments or {}).result()
+
+
+@dataclass(frozen=True)
+class Run:
+    """One call of a script's `main()`: its step times (warm-up dropped) and losses."""
+
+    step_times: list[float]
+    losses: list[float]
+
+    @property
+    def median_ms(self) -> float:
+        return median_ms(self.step_times)
+
+
+def _turns(scripts: dict[str, Path], config: Config, steps: int, warmup: int, repeats: int,
+           label: str, environments: dict[str, dict[str, str]]) -> dict[str, list[Run]]:
+    os.environ.update(config.variables(steps))
+    for variable in CLEARED:
+        os.environ.pop(variable, None)
+    mains = {variant: runpy.run_path(str(path))["main"] for variant, path in scripts.items()}
+    runs: dict[str, list[Run]] = {variant: [] for variant in scripts}
+    for index, order in enumerate(rounds(list(scripts), repeats), start=1):
+        for variant in order:
+            extra = environments.get(variant, {})
+            os.environ.update(extra)
+            try:
+                result = mains[variant]()
+            finally:
+                for variable in extra:
+                    os.environ.pop(variable, None)
+            run = Run(result["step_times"][warmup:], result["losses"])
+            runs[variant].append(run)
+            progress(f"{label} round {index}/{repeats} {variant}: {run.median_ms:.3f} ms/step")
+    return runs
 
 
 def rounds(variants: Sequence[str], repeats: int) -> Iterator[list[str]]:

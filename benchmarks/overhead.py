@@ -22,42 +22,13 @@ process. The first `--warmup` steps of each block are dropped.
 from __future__ import annotations
 
 import argparse
-import os
-import runpy
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 
 import _harness as h
 
 VARIANTS = ("rewrite", "traced", "hand")  # traced: the rewrite with AMPREWRITE_TRACE set
 TARGET = 1.02
-
-
-def measure(rewritten: Path, config: h.Config, steps: int, warmup: int,
-            repeats: int) -> dict[str, list[float]]:
-    """Step times of each variant (warm-up dropped), in the calling process."""
-    os.environ.update(config.variables(steps))
-    for variable in h.CLEARED:
-        os.environ.pop(variable, None)
-    rewrite = runpy.run_path(str(rewritten))["main"]
-    mains = {"rewrite": rewrite, "traced": rewrite,
-             "hand": runpy.run_path(str(h.SCRIPTS / "tiny_mlp_torch_amp.py"))["main"]}
-    times: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-    with tempfile.TemporaryDirectory() as directory:
-        for index, order in enumerate(h.rounds(VARIANTS, repeats), start=1):
-            for variant in order:
-                if variant == "traced":
-                    os.environ["AMPREWRITE_TRACE"] = str(Path(directory) / "trace.jsonl")
-                try:
-                    kept = mains[variant]()["step_times"][warmup:]
-                finally:
-                    os.environ.pop("AMPREWRITE_TRACE", None)
-                times[variant] += kept
-                h.progress(f"{config.device} {config.dtype} round {index}/{repeats} {variant}: "
-                           f"{h.median_ms(kept) * 1000:.1f} us/step")
-    return times
 
 
 def main() -> None:
@@ -81,10 +52,13 @@ def main() -> None:
         rewritten = h.rewrite_script("tiny_mlp", Path(directory))
         for device in devices:
             config = h.Config(device, h.DTYPES_BY_DEVICE[device][0])
-            with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as worker:
-                times = worker.submit(measure, rewritten, config, args.steps, args.warmup,
-                                      args.repeats).result()
-            median = {variant: h.median_ms(times[variant]) for variant in VARIANTS}
+            scripts = {"rewrite": rewritten, "traced": rewritten,
+                       "hand": h.SCRIPTS / "tiny_mlp_torch_amp.py"}
+            trace = {"traced": {"AMPREWRITE_TRACE": str(Path(directory) / "trace.jsonl")}}
+            runs = h.run_in_turns(scripts, config, args.steps, args.warmup, args.repeats,
+                                  f"{device} {config.dtype}", trace)
+            median = {variant: h.median_ms([t for run in runs[variant] for t in run.step_times])
+                      for variant in VARIANTS}
             ratio = median["rewrite"] / median["hand"]
             results.append({"device": device, "dtype": config.dtype, "steps": args.steps,
                             "warmup": args.warmup, "repeats": args.repeats, "median_ms": median,

@@ -6,11 +6,12 @@ the FP32 script itself and against the same script made mixed-precision by hand 
 
 Models (scripts/<model>_fp32.py and _torch_amp.py): the MLP of the R torch AMP article, a small
 CNN and a small transformer LM. Devices: the CPU in bfloat16, and CUDA in float16 and in
-bfloat16 when available. Each script runs in its own process; `--repeats` rounds run the
-three variants in turn (the order rotated each round) to cancel machine drift. The first
-`--warmup` steps of each run are dropped and the other step times of a variant pooled: its
-median is the variant's step time. Targets: rewrite speedup / hand speedup >= 0.98, and for
-the MLP on the CPU a speedup of at least 1.7x.
+bfloat16 when available. The three scripts' `main()`s run in one process per device and
+dtype, `--repeats` rounds of the three in turn (the order rotated each round) to cancel
+machine drift: a process's own speed varies by a few percent from start to start, more than
+the differences sought. The first `--warmup` steps of each run are dropped and the other step
+times of a variant pooled: its median is the variant's step time. Targets: rewrite speedup /
+hand speedup >= 0.98, and for the MLP on the CPU a speedup of at least 1.7x.
 """
 
 from __future__ import annotations
@@ -32,22 +33,16 @@ MLP_CPU_TARGET = 1.7
 def measure(scripts: dict[str, Path], config: h.Config, steps: int, warmup: int,
             repeats: int, label: str) -> dict[str, Any]:
     """Median step times of the three variants, their speedups and each run's numbers."""
-    times: dict[str, list[float]] = {variant: [] for variant in h.VARIANTS}
-    runs: dict[str, list[dict[str, object]]] = {variant: [] for variant in h.VARIANTS}
-    for index, order in enumerate(h.rounds(h.VARIANTS, repeats), start=1):
-        for variant in order:
-            result = h.run_script(scripts[variant], config, steps)
-            kept = result["step_times"][warmup:]
-            times[variant] += kept
-            runs[variant].append({"median_ms": h.median_ms(kept), "step_times": kept,
-                                  "final_loss": result["losses"][-1]})
-            h.progress(f"{label} round {index}/{repeats} {variant}: "
-                       f"{h.median_ms(kept):.2f} ms/step")
-    median = {variant: h.median_ms(times[variant]) for variant in h.VARIANTS}
+    runs = h.run_in_turns(scripts, config, steps, warmup, repeats, label)
+    median = {variant: h.median_ms([t for run in runs[variant] for t in run.step_times])
+              for variant in h.VARIANTS}
     rewrite_speedup = median["fp32"] / median["rewrite"]
     hand_speedup = median["fp32"] / median["hand"]
     return {"median_ms": median, "rewrite_speedup": rewrite_speedup,
-            "hand_speedup": hand_speedup, "ratio": rewrite_speedup / hand_speedup, "runs": runs}
+            "hand_speedup": hand_speedup, "ratio": rewrite_speedup / hand_speedup,
+            "runs": {variant: [{"median_ms": run.median_ms, "step_times": run.step_times,
+                                "final_loss": run.losses[-1]} for run in variant_runs]
+                     for variant, variant_runs in runs.items()}}
 
 
 def targets(model: str, config: h.Config, ratio: float, speedup: float) -> dict[str, bool]:
@@ -76,8 +71,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, help="steps dropped at the start of each run "
                                                    "(default: 3 on the CPU, 20 on CUDA)")
     parser.add_argument("--repeats", type=int, default=8,
-                        help="rounds of the three variants (default: 8: a process's own speed "
-                             "varies by a few percent, so many processes are pooled)")
+                        help="rounds of the three variants (default: 8)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     devices = h.chosen_devices(parser, args)

@@ -2,7 +2,7 @@
 
 - `AMPREWRITE_TRACE=path.jsonl` appends one JSON object per optimizer step taken through
   `GradScaler.step()`: `{"step", "iteration", "loss", "scale", "skipped", "time_s",
-  "opt_level", "dtype", "device"}`.
+  "opt_level", "dtype", "device"}`. In distributed training, rank 0 writes them.
 - `AMPREWRITE_MAX_STEPS=N` ends the run cleanly (`SystemExit(0)` from `GradScaler.update()`)
   once N optimizer steps were taken.
 
@@ -75,7 +75,7 @@ class Tracer:
     def on_step(self, scaler: GradScaler) -> None:
         """Count the step and write its record."""
         self.steps += 1
-        if self.path is None:
+        if self.path is None or _rank() != 0:
             return
         device = resolve_device()
         if device == "cuda":
@@ -111,6 +111,15 @@ class Tracer:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _rank() -> int:
+    """This process's rank in distributed training (0 when not distributed): one rank traces,
+    so that the records of a multi-process run are one run's."""
+    distributed = torch.distributed
+    if distributed.is_available() and distributed.is_initialized():
+        return distributed.get_rank()
+    return 0
 
 
 def _max_steps() -> int | None:

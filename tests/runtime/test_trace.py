@@ -148,3 +148,17 @@ def test_max_steps_ends_the_run_cleanly(tmp_path: Path) -> None:
     # the third step's update() ended the run: no print after it, nor after the loop
     assert run.stdout.splitlines() == ["iteration 0", "iteration 1"]
     assert [r["step"] for r in _records(trace_path)] == [1, 2, 3]
+
+
+def test_only_rank_zero_traces_a_distributed_run(
+    trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 1)
+    scaler = GradScaler()
+    _train(scaler, steps=2)
+    assert not trace.exists()
+    assert scaler._tracer is not None and scaler._tracer.steps == 2  # the budget still counts
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 0)
+    _train(GradScaler(), steps=2)
+    assert [r["step"] for r in _records(trace)] == [3, 4]
