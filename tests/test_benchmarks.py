@@ -1,0 +1,38 @@
+"""The benchmarks' inputs stay what the numbers in docs/benchmarks.md claim they are."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from amprewrite.engine import rewrite_source
+from amprewrite.options import Options
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import corpus  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+
+
+def test_the_generated_corpus_is_training_scripts_that_are_all_rewritten(tmp_path: Path) -> None:
+    templates = corpus.training_scripts()
+    paths = corpus.generate(tmp_path, len(templates))
+    assert len({path.name.split("_", 2)[2] for path in paths}) == len(templates) > 30
+    for path in paths:
+        source = path.read_bytes()
+        compile(source, str(path), "exec")
+        assert source.count(b"\n") > 90  # the helpers around the training step are there
+        assert rewrite_source(source, Options()).changed, path.name
+    assert corpus.generate(tmp_path / "again", 3)[2].read_bytes() == paths[2].read_bytes()
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "lm", "tiny_mlp"])
+def test_each_fp32_benchmark_script_is_rewritten_like_its_hand_written_twin(model: str) -> None:
+    rewritten = rewrite_source((BENCHMARKS / "scripts" / f"{model}_fp32.py").read_bytes(),
+                               Options()).source.decode()
+    hand = (BENCHMARKS / "scripts" / f"{model}_torch_amp.py").read_text()
+    assert "with autocast():" in rewritten and "with torch.autocast(" in hand
+    for line in ("scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"):
+        assert line in rewritten and line in hand
