@@ -210,6 +210,8 @@ def _trainer_apis(
 
 def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:
     """Carry out the plan, render the result, and report the notes as findings."""
+    if not ctx.plan:  # nothing to render: only the findings' positions are needed
+        return RewriteResult(source, _locate(module, ctx.notes))
     layout = locate(module, [note.node for note in ctx.notes])
     new_module = apply_edits(module, ctx.plan, ctx.facts.statements_around)
     new_source = render_module(new_module, module, layout, source)

@@ -8,7 +8,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
-from amprewrite.analysis.tree import children
+from amprewrite.analysis.tree import descendants
 
 
 @dataclass
@@ -89,13 +89,10 @@ def _pair_models(call: cst.Call, models: dict[str, str]) -> None:
 
 
 def _state_entry(call: cst.Call, statement: Statement, found: ApexAmp) -> None:
-    stack: list[cst.CSTNode] = [statement]
-    while stack:
-        node = stack.pop()
+    for node in descendants(statement):
         if isinstance(node, cst.Dict):
             for element in node.elements:
                 if isinstance(element, cst.DictElement) and element.value is call:
                     found.state_entries.append((node, element))
                     return
-        stack.extend(children(node))
     found.state_statements.append(statement)

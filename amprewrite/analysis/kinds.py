@@ -14,7 +14,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import dotted, receiver_key
-from amprewrite.analysis.tree import children
+from amprewrite.analysis.tree import descendants
 
 
 class Kind(str, Enum):
@@ -235,9 +235,7 @@ class KindTable:
 def parameter_owners(node: cst.CSTNode) -> list[str]:
     """`model` for every `model.parameters()` / `model.named_parameters()` inside `node`."""
     owners: list[str] = []
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
+    for current in descendants(node):
         if (
             isinstance(current, cst.Call)
             and isinstance(current.func, cst.Attribute)
@@ -246,5 +244,4 @@ def parameter_owners(node: cst.CSTNode) -> list[str]:
             key = receiver_key(current.func.value)
             if key is not None:
                 owners.append(key)
-        stack.extend(children(current))
     return owners

@@ -15,7 +15,7 @@ from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.statements import is_backward_call, is_step_call
 from amprewrite.analysis.training_step import Note
-from amprewrite.analysis.tree import children
+from amprewrite.analysis.tree import descendants
 from amprewrite.analysis.unsafe_losses import unsafe_calls
 from amprewrite.analysis.unscaling import Unscale, gradient_uses
 
@@ -115,10 +115,5 @@ def _optimizer_of(point: Unscale, steps: list[CallSite]) -> cst.BaseExpression:
 def _saves_scaler(container: cst.CSTNode | None, usage: AmpUsage) -> bool:
     if container is None:
         return True  # `state["optimizer"] = ...` lines: not checked
-    stack: list[cst.CSTNode] = [container]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Call) and _scaler_call(node, usage, "state_dict"):
-            return True
-        stack.extend(children(node))
-    return False
+    return any(isinstance(node, cst.Call) and _scaler_call(node, usage, "state_dict")
+               for node in descendants(container))

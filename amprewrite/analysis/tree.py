@@ -66,17 +66,17 @@ def _child_fields(kind: type[cst.CSTNode]) -> tuple[str, ...]:
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The syntax children of `node` in source order (no whitespace, comments or tokens)."""
-    kind = type(node)
-    names = _fields_of.get(kind)
+    node_type = type(node)
+    names = _fields_of.get(node_type)
     if names is None:
-        names = _child_fields(kind)
+        names = _child_fields(node_type)
     found: list[cst.CSTNode] = []
     for name in names:
         value = getattr(node, name)
-        kind = type(value)
-        if kind in NODES:
+        value_type = type(value)
+        if value_type in NODES:
             found.append(value)
-        elif kind is tuple or kind is list:  # libcst's sequences hold nodes only
+        elif value_type is tuple or value_type is list:  # libcst's sequences hold nodes only
             found.extend(value)
     return found
 
