@@ -1,3 +1,11 @@
-from amprewrite.cli import entry_point
+"""`python -m amprewrite`. Ctrl-C exits quietly (130) even while the modules are still loading,
+before click installs its own handling."""
 
-entry_point()
+import sys
+
+try:
+    from amprewrite.cli import entry_point
+
+    entry_point()
+except KeyboardInterrupt:
+    sys.exit(130)
