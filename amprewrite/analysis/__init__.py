@@ -12,6 +12,7 @@ from amprewrite.analysis.custom_functions import CustomFunction, custom_function
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
 from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_loaders
 from amprewrite.analysis.evaluation import analyse_evaluation
+from amprewrite.analysis.escapes import Escapes, find_escapes
 from amprewrite.analysis.existing_amp import existing_amp
 from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
 from amprewrite.analysis.frameworks import (
@@ -47,6 +48,7 @@ class ModuleAnalysis:
     training: TrainingSteps
     training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
     evaluation_regions: SplitRegions
+    escapes: Escapes  # low-precision values reaching float32 uses after their region
     checkpoints: Checkpoints
     schedulers: list[GuardedScheduler]
     hazards: list[Note]  # risky code reported, not changed
@@ -67,6 +69,8 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
     training = analyse_training(facts, kinds)
     evaluation = analyse_evaluation(facts, kinds, training.regions)
     training_functions = {site.function for site in training.backwards}
+    training_regions = split_unsafe_losses(training.regions, facts, kinds)
+    evaluation_regions = split_unsafe_losses(evaluation, facts, kinds)
     return ModuleAnalysis(
         facts=facts,
         kinds=kinds,
@@ -80,8 +84,12 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         framework=framework_owns_precision(facts),
         switches=precision_switches(facts),
         training=training,
-        training_regions=split_unsafe_losses(training.regions, facts, kinds),
-        evaluation_regions=split_unsafe_losses(evaluation, facts, kinds),
+        training_regions=training_regions,
+        evaluation_regions=evaluation_regions,
+        escapes=find_escapes(facts, kinds, [*training_regions.regions,
+                                            *evaluation_regions.regions],
+                             [*training_regions.float32_inputs,
+                              *evaluation_regions.float32_inputs]),
         checkpoints=analyse_checkpoints(facts, kinds),
         schedulers=schedulers_after_steps(facts, kinds, training.updates_after),
         hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions)],

@@ -35,6 +35,11 @@ class SplitRegions:
     moved_out: list[UnsafeLoss] = field(default_factory=list)
     inline: list[CallSite] = field(default_factory=list)  # `bce(model(x), y).backward()`
 
+    @property
+    def float32_inputs(self) -> list[cst.BaseExpression]:
+        """The loss inputs the rewrite casts to float32."""
+        return [call.args[0].value for loss in self.moved_out for call in loss.calls]
+
 
 def unsafe_calls(node: cst.CSTNode, facts: ModuleFacts, kinds: KindTable) -> list[cst.Call]:
     found = []
