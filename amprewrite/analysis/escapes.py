@@ -83,10 +83,13 @@ def find_escapes(
     kinds: KindTable,
     regions: Iterable[Region],
     float32_already: Iterable[cst.CSTNode] = (),
+    autocast_expressions: Iterable[cst.CSTNode] = (),
 ) -> Escapes:
-    """The uses of values computed under `regions` that crash outside them (and `.numpy()`
-    calls reached under autocast), skipping nodes another rule already makes float32."""
+    """The uses of values computed under `regions` (and `autocast_expressions`) that crash
+    outside them, and `.numpy()` calls reached under autocast; nodes another rule already
+    makes float32 are skipped."""
     in_region = {id(s) for region in regions for s in region.statements}
+    in_region.update(id(node) for node in autocast_expressions)
     scopes = _Scopes(facts, kinds, in_region, {id(n) for n in float32_already})
     scopes.run(record=False)  # function summaries: which return low-precision values
     scopes.run(record=True)
@@ -249,6 +252,11 @@ class _Scope:
         """Record every use inside `node` that needs float32 (comprehensions see their
         targets)."""
         if isinstance(node, cst.Lambda | cst.FunctionDef | cst.ClassDef):
+            return
+        if id(node) in self.s.in_region and not self.autocast:  # a forward kept under autocast
+            self.autocast = True
+            self.check(node)
+            self.autocast = False
             return
         if isinstance(node, cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp):
             saved = set(self.low)

@@ -37,7 +37,7 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     regions = [analysis.training_regions, analysis.evaluation_regions]
     needs = Needs(
         scaler=training.found and not (options.plain and options.dtype == "bfloat16"),
-        autocast=any(split.regions for split in regions) and not analysis.escapes.stuck,
+        autocast=any(split.autocasts for split in regions) and not analysis.escapes.stuck,
         custom_functions=bool(analysis.custom_functions),
         sharded=analysis.sharded,
         reproducible=options.reproducible,
@@ -50,7 +50,7 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     ):
         if not analysis.escapes.stuck:
             wrap_regions(ctx, split.regions, code, what)
-            float32_inputs(ctx, split.moved_out, split.inline)
+            float32_inputs(ctx, split.moved_out)
     cast_escapes(ctx, analysis.escapes)
     if style.decorators is not None and analysis.custom_functions:
         decorate_custom_functions(ctx, analysis.custom_functions, style.decorators)
