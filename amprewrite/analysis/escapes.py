@@ -88,7 +88,11 @@ def find_escapes(
     """The uses of values computed under `regions` (and `autocast_expressions`) that crash
     outside them, and `.numpy()` calls reached under autocast; nodes another rule already
     makes float32 are skipped."""
-    in_region = {id(s) for region in regions for s in region.statements}
+    in_region: set[int] = set()
+    for region in regions:
+        in_region.update(id(s) for s in region.statements)
+        if region.hoist is not None:  # `crit(out, y).backward()`: the loss moves into it
+            in_region.add(id(region.hoist.call.func.value))  # type: ignore[attr-defined]
     in_region.update(id(node) for node in autocast_expressions)
     scopes = _Scopes(facts, kinds, in_region, {id(n) for n in float32_already})
     scopes.run(record=False)  # function summaries: which return low-precision values
@@ -273,8 +277,8 @@ class _Scope:
             return
         if isinstance(node, cst.Call):
             self.check_call(node)
-        elif (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)
-              and not self.autocast):
+        elif (isinstance(node, cst.BinaryOperation) and not self.autocast
+              and isinstance(node.operator, cst.MatrixMultiply)):
             for operand in (node.left, node.right):
                 self.cast_if_low(operand, "a float32 matmul (`@`)")
         for child in children(node):

@@ -14,7 +14,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import Block, ModuleFacts, Statement
 from amprewrite.analysis.forward import is_model_call
-from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.statements import calls_in, is_compute, is_data_call
 from amprewrite.analysis.training_step import Region

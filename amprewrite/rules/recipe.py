@@ -25,7 +25,7 @@ from amprewrite.rules.reproducibility import seed_everything
 from amprewrite.rules.scaler_creation import create_scaler
 from amprewrite.rules.scheduler import guard_schedulers
 from amprewrite.rules.styles import Needs, plain_style, runtime_style
-from amprewrite.rules.unsafe_loss import float32_inputs
+from amprewrite.rules.unsafe_loss import float32_inputs, report_saturation
 from amprewrite.rules.unscaling import unscale_before_use
 from amprewrite.transform import Insert
 
@@ -52,6 +52,7 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
             wrap_regions(ctx, split.regions, code, what)
             float32_inputs(ctx, split.moved_out)
     cast_escapes(ctx, analysis.escapes)
+    report_saturation(ctx, analysis.saturating)
     if style.decorators is not None and analysis.custom_functions:
         decorate_custom_functions(ctx, analysis.custom_functions, style.decorators)
     if needs.scaler:

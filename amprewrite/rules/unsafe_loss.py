@@ -10,6 +10,7 @@ import libcst as cst
 from amprewrite.analysis.facts import Block
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys
 from amprewrite.analysis.scaler_home import fresh_name
+from amprewrite.analysis.sigmoid_outputs import SaturatingInput
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unsafe_losses import UnsafeLoss
 from amprewrite.rules.context import RuleContext
@@ -39,6 +40,14 @@ def float32_inputs(ctx: RuleContext, moved: list[UnsafeLoss]) -> None:
             message += f" (its forward pass stays under autocast as `{'`, `'.join(kept)}`)"
         ctx.notes.append(Note("AMP130", loss.statement, message + "; `BCEWithLogitsLoss` on "
                               "logits is safe and more accurate"))
+
+
+def report_saturation(ctx: RuleContext, inputs: list[SaturatingInput]) -> None:
+    for found in inputs:
+        ctx.notes.append(Note("AMP132", found.call, f"binary cross-entropy on probabilities "
+                              f"from {found.source}: computed in bfloat16/float16 under "
+                              "autocast they round to 1.0 and the loss saturates; "
+                              f"{found.advice}"))
 
 
 def _keep_forwards_in_region(
