@@ -65,6 +65,10 @@ CODES: dict[str, Code] = {
     "AMP121": Code(Severity.CHANGE, "scaler state restored from the checkpoint",
                    "Restored only when the checkpoint has it, so checkpoints written before the "
                    "rewrite still load."),
+    "AMP112": Code(Severity.CHANGE, "low-precision value cast back to float32 after autocast",
+                   "A tensor computed under autocast reaches code that needs float32 "
+                   "(`.numpy()`, numpy, a float32 model or matmul, a loss, an index assignment): "
+                   "`.float()` is added at that use."),
     "AMP130": Code(Severity.CHANGE, "binary cross-entropy moved out of autocast",
                    "`nn.BCELoss`/`F.binary_cross_entropy` raise under CUDA autocast; they now run "
                    "after the autocast block on float32 inputs. Prefer `BCEWithLogitsLoss`."),
@@ -141,6 +145,13 @@ CODES: dict[str, Code] = {
     "AMP131": Code(Severity.SKIP, "binary cross-entropy computed inside `.backward()`",
                    "The forward pass inside the loss call cannot be autocast; switch to "
                    "`BCEWithLogitsLoss` or compute the model output on its own line."),
+    "AMP132": Code(Severity.SKIP, "sigmoid output fed to binary cross-entropy",
+                   "Probabilities from a sigmoid computed in bfloat16/float16 round to 1.0 and "
+                   "the loss jumps; drop the model's final sigmoid and use `BCEWithLogitsLoss`."),
+    "AMP133": Code(Severity.SKIP, "low-precision values cannot be cast where they are used",
+                   "A container or starred argument carries autocast outputs to a float32 use: "
+                   "autocast is left out of the file. Cast with `.float()` where the tensors are "
+                   "produced and run again."),
     "AMP140": Code(Severity.SKIP, "manual cast to a low-precision dtype",
                    "apex's rule holds: never cast the model or inputs by hand under AMP; remove "
                    "the cast and let autocast pick the precision per operation."),

@@ -58,6 +58,11 @@ KEPT_BY_REVERT = {
     "rule_bce_outside_autocast": b"p_real.float()",  # float32 inputs of the unsafe loss
     "rule_setup_then_single_step": b"loss = criterion(prediction, target)",
     "framework_enchanter": b"import torch\n",  # the import the scaler needed
+    # float32 casts of autocast outputs, and forwards kept apart from a BCE loss
+    "rule_escape_numpy_metrics": b"prediction.data.float().numpy()",
+    "rule_escape_model_method": b"weights[0].detach().cpu().float().numpy()",
+    "rule_bce_inline_forward": b"discriminator_out = discriminator(gen_imgs)",
+    "rule_bce_inline_backward": b"bce(model_out.float(), y).backward()",
 }
 
 

@@ -11,6 +11,7 @@ from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
 from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_loaders
+from amprewrite.analysis.escapes import Escapes, find_escapes
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import existing_amp
 from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
@@ -24,6 +25,7 @@ from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
 from amprewrite.analysis.ray_train import RayAmp, ray_amp
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
+from amprewrite.analysis.sigmoid_outputs import SaturatingInput, saturating_inputs
 from amprewrite.analysis.trainer_apis import TrainerApis, trainer_apis
 from amprewrite.analysis.training_step import Note, TrainingSteps, analyse_training
 from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses
@@ -47,6 +49,8 @@ class ModuleAnalysis:
     training: TrainingSteps
     training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
     evaluation_regions: SplitRegions
+    escapes: Escapes  # low-precision values reaching float32 uses after their region
+    saturating: list[SaturatingInput]  # sigmoid probabilities fed to BCE under autocast
     checkpoints: Checkpoints
     schedulers: list[GuardedScheduler]
     hazards: list[Note]  # risky code reported, not changed
@@ -67,6 +71,8 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
     training = analyse_training(facts, kinds)
     evaluation = analyse_evaluation(facts, kinds, training.regions)
     training_functions = {site.function for site in training.backwards}
+    training_regions = split_unsafe_losses(training.regions, facts, kinds)
+    evaluation_regions = split_unsafe_losses(evaluation, facts, kinds)
     return ModuleAnalysis(
         facts=facts,
         kinds=kinds,
@@ -80,8 +86,15 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         framework=framework_owns_precision(facts),
         switches=precision_switches(facts),
         training=training,
-        training_regions=split_unsafe_losses(training.regions, facts, kinds),
-        evaluation_regions=split_unsafe_losses(evaluation, facts, kinds),
+        training_regions=training_regions,
+        evaluation_regions=evaluation_regions,
+        escapes=find_escapes(facts, kinds, [*training_regions.regions,
+                                            *evaluation_regions.regions],
+                             [*training_regions.float32_inputs,
+                              *evaluation_regions.float32_inputs],
+                             [*training_regions.forwards, *evaluation_regions.forwards]),
+        saturating=saturating_inputs(
+            [*training_regions.moved_out, *evaluation_regions.moved_out], facts),
         checkpoints=analyse_checkpoints(facts, kinds),
         schedulers=schedulers_after_steps(facts, kinds, training.updates_after),
         hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions)],

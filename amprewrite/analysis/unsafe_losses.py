@@ -1,7 +1,9 @@
 """Losses that CUDA autocast refuses (`nn.BCELoss`, `F.binary_cross_entropy`).
 
 They raise inside an autocast region on CUDA, so their statements are cut out of the
-autocast regions and computed on float32 inputs.
+autocast regions and computed on float32 inputs. Only the loss leaves: a forward written
+inline in its input (`bce(discriminator(fake), valid)`, `bce(model(x), y).backward()`) stays
+under autocast, as a statement of its own at the end of the region before the loss.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
+from amprewrite.analysis.facts import Block, ModuleFacts, Statement
+from amprewrite.analysis.forward import is_model_call
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted
-from amprewrite.analysis.statements import calls_in, is_compute
+from amprewrite.analysis.statements import calls_in, is_compute, is_data_call
 from amprewrite.analysis.training_step import Region
 
 _UNSAFE = frozenset({"torch.nn.functional.binary_cross_entropy", "torch.nn.BCELoss"})
@@ -25,6 +28,10 @@ class UnsafeLoss:
 
     statement: Statement
     calls: tuple[cst.Call, ...]  # the loss calls whose first argument must become float32
+    block: Block  # where the statement is, at `index`
+    index: int
+    # First arguments that run a forward pass: computed under autocast, before the statement.
+    forwards: tuple[cst.BaseExpression, ...] = ()
 
 
 @dataclass
@@ -33,7 +40,21 @@ class SplitRegions:
 
     regions: list[Region] = field(default_factory=list)  # what stays under autocast
     moved_out: list[UnsafeLoss] = field(default_factory=list)
-    inline: list[CallSite] = field(default_factory=list)  # `bce(model(x), y).backward()`
+
+    @property
+    def autocasts(self) -> bool:
+        """Something runs under autocast: a region, or a forward kept in from a loss."""
+        return bool(self.regions) or any(loss.forwards for loss in self.moved_out)
+
+    @property
+    def forwards(self) -> list[cst.BaseExpression]:
+        """Forwards written inside an unsafe loss's input, which run under autocast."""
+        return [forward for loss in self.moved_out for forward in loss.forwards]
+
+    @property
+    def float32_inputs(self) -> list[cst.BaseExpression]:
+        """The loss inputs the rewrite casts to float32."""
+        return [call.args[0].value for loss in self.moved_out for call in loss.calls]
 
 
 def unsafe_calls(node: cst.CSTNode, facts: ModuleFacts, kinds: KindTable) -> list[cst.Call]:
@@ -53,16 +74,20 @@ def split_unsafe_losses(
     result = SplitRegions()
     for region in regions:
         hoist = region.hoist
-        if hoist is not None and unsafe_calls(hoist.call.func.value, facts, kinds):  # type: ignore[attr-defined]
-            result.inline.append(hoist)  # the model runs inside the loss call: no autocast
-            continue
         start = region.start
+        if hoist is not None and unsafe_calls(hoist.call.func.value, facts, kinds):  # type: ignore[attr-defined]
+            # `bce(model(x), y).backward()`: the backward stays, its forward joins the region.
+            block, index = facts.position(hoist.statement)
+            result.moved_out.append(_unsafe_loss(hoist.statement, block, index, facts, kinds))
+            rest = Region(region.block, start, region.end)
+            if start <= region.end and any(is_compute(s, facts) for s in rest.statements):
+                result.regions.append(rest)
+            continue
         for index in range(region.start, region.end + 1):
             statement = region.block.body[index]
-            calls = unsafe_calls(statement, facts, kinds)
-            if not calls:
+            if not unsafe_calls(statement, facts, kinds):
                 continue
-            result.moved_out.append(UnsafeLoss(statement, tuple(calls)))
+            result.moved_out.append(_unsafe_loss(statement, region.block, index, facts, kinds))
             if index > start:
                 result.regions.append(Region(region.block, start, index - 1))
             start = index + 1
@@ -72,3 +97,24 @@ def split_unsafe_losses(
         elif hoist is not None or any(is_compute(s, facts) for s in rest.statements):
             result.regions.append(rest)
     return result
+
+
+def _unsafe_loss(
+    statement: Statement, block: Block, index: int, facts: ModuleFacts, kinds: KindTable
+) -> UnsafeLoss:
+    calls = tuple(unsafe_calls(statement, facts, kinds))
+    forwards = tuple(call.args[0].value for call in calls
+                     if runs_forward(call.args[0].value, facts, kinds))
+    return UnsafeLoss(statement, calls, block, index, forwards)
+
+
+def runs_forward(node: cst.CSTNode, facts: ModuleFacts, kinds: KindTable) -> bool:
+    """`discriminator(fake)`, `self.net(x).view(-1)`: a model (or something called like one,
+    not a torch function nor a criterion) runs inside `node`."""
+    for call in calls_in(node):
+        if is_model_call(call, kinds):
+            return True
+        if (facts.imports.resolve(call.func) is None and dotted(call.func) is not None
+                and not is_data_call(call, facts) and kinds.of_expr(call.func) is None):
+            return True
+    return False

@@ -23,6 +23,7 @@ class RuleContext:
     plan: Plan = field(default_factory=Plan)
     notes: list[Note] = field(default_factory=list)
     hoisted: dict[int, str] = field(default_factory=dict)  # id(backward call) -> loss variable
+    new_names: set[str] = field(default_factory=set)  # variables the rewrite introduces
     # id(optimizer step call) -> variable holding the scale before `update()` (plain style)
     scale_before_update: dict[int, str] = field(default_factory=dict)
 

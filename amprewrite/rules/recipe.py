@@ -18,13 +18,14 @@ from amprewrite.rules.autocast import wrap_regions
 from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
+from amprewrite.rules.escapes import cast_escapes
 from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
 from amprewrite.rules.model_casting import clip_master_weights, initialize_models
 from amprewrite.rules.reproducibility import seed_everything
 from amprewrite.rules.scaler_creation import create_scaler
 from amprewrite.rules.scheduler import guard_schedulers
 from amprewrite.rules.styles import Needs, plain_style, runtime_style
-from amprewrite.rules.unsafe_loss import float32_inputs
+from amprewrite.rules.unsafe_loss import float32_inputs, report_saturation
 from amprewrite.rules.unscaling import unscale_before_use
 from amprewrite.transform import Insert
 
@@ -36,7 +37,7 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     regions = [analysis.training_regions, analysis.evaluation_regions]
     needs = Needs(
         scaler=training.found and not (options.plain and options.dtype == "bfloat16"),
-        autocast=any(split.regions for split in regions),
+        autocast=any(split.autocasts for split in regions) and not analysis.escapes.stuck,
         custom_functions=bool(analysis.custom_functions),
         sharded=analysis.sharded,
         reproducible=options.reproducible,
@@ -47,8 +48,11 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         (analysis.training_regions, "AMP101", "forward pass and loss"),
         (analysis.evaluation_regions, "AMP106", "evaluation forward pass"),
     ):
-        wrap_regions(ctx, split.regions, code, what)
-        float32_inputs(ctx, split.moved_out, split.inline)
+        if not analysis.escapes.stuck:
+            wrap_regions(ctx, split.regions, code, what)
+            float32_inputs(ctx, split.moved_out)
+    cast_escapes(ctx, analysis.escapes)
+    report_saturation(ctx, analysis.saturating)
     if style.decorators is not None and analysis.custom_functions:
         decorate_custom_functions(ctx, analysis.custom_functions, style.decorators)
     if needs.scaler:

@@ -1,31 +1,115 @@
-"""Compute losses that CUDA autocast refuses outside the region, on float32 inputs."""
+"""Compute losses that CUDA autocast refuses outside the region, on float32 inputs; a forward
+written inline in the loss's input stays under autocast, on a line of its own."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
-from amprewrite.analysis.facts import CallSite
+from amprewrite.analysis.facts import Block
+from amprewrite.analysis.names import bound_keys, dotted, iter_keys
+from amprewrite.analysis.scaler_home import fresh_name
+from amprewrite.analysis.sigmoid_outputs import SaturatingInput
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unsafe_losses import UnsafeLoss
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.expressions import as_receiver
-from amprewrite.transform import Replace
+from amprewrite.rules.expressions import as_float
+from amprewrite.transform import Replace, Wrap
 
 
-def float32_inputs(ctx: RuleContext, moved: list[UnsafeLoss], inline: list[CallSite]) -> None:
+@dataclass
+class _Group:
+    """Consecutive loss statements whose forwards share one autocast block before them."""
+
+    block: Block
+    last: int  # index of the group's last loss statement
+    wrap: int  # position of the autocast block in the plan
+    bound: set[str]  # keys the group's statements bind
+
+
+def float32_inputs(ctx: RuleContext, moved: list[UnsafeLoss]) -> None:
+    groups: dict[int, _Group] = {}
     for loss in moved:
+        kept = _keep_forwards_in_region(ctx, loss, groups)
         for call in loss.calls:
-            ctx.plan.replaces.append(Replace(call.args[0].value, _as_float))
-        ctx.notes.append(Note("AMP130", loss.statement, "binary cross-entropy is unsafe under "
-                              "autocast: computed after the autocast block on float32 inputs; "
-                              "`BCEWithLogitsLoss` on logits is safe and more accurate"))
-    for site in inline:
-        ctx.notes.append(Note("AMP131", site.call, "binary cross-entropy computed inside "
-                              "`.backward()` cannot run under autocast; the forward pass stays "
-                              "float32 (switch to `BCEWithLogitsLoss` to use AMP here)"))
+            ctx.plan.replaces.append(Replace(call.args[0].value, as_float))
+        message = ("binary cross-entropy is unsafe under autocast: computed after the autocast "
+                   "block on float32 inputs")
+        if kept:
+            message += f" (its forward pass stays under autocast as `{'`, `'.join(kept)}`)"
+        ctx.notes.append(Note("AMP130", loss.statement, message + "; `BCEWithLogitsLoss` on "
+                              "logits is safe and more accurate"))
 
 
-def _as_float(node: cst.CSTNode) -> cst.CSTNode:
-    """`x` -> `x.float()`, `a + b` -> `(a + b).float()`."""
-    assert isinstance(node, cst.BaseExpression)
-    return cst.Call(func=cst.Attribute(value=as_receiver(node), attr=cst.Name("float")))
+def report_saturation(ctx: RuleContext, inputs: list[SaturatingInput]) -> None:
+    for found in inputs:
+        ctx.notes.append(Note("AMP132", found.call, f"binary cross-entropy on probabilities "
+                              f"from {found.source}: computed in bfloat16/float16 under "
+                              "autocast they round to 1.0 and the loss saturates; "
+                              f"{found.advice}"))
+
+
+def _keep_forwards_in_region(
+    ctx: RuleContext, loss: UnsafeLoss, groups: dict[int, _Group]
+) -> list[str]:
+    """`bce(disc(fake), valid)` -> `disc_out = disc(fake)` at the end of the autocast block
+    before the statement (a new block when none ends there; the block of the loss statement
+    just before, when that one had forwards too), and `bce(disc_out, valid)`."""
+    if not loss.forwards:
+        return []
+    lines, names = [], []
+    for forward in loss.forwards:
+        name = _fresh(ctx, forward)
+        names.append(name)
+        lines.append(cst.SimpleStatementLine([cst.Assign(
+            targets=[cst.AssignTarget(cst.Name(name))],
+            value=forward.with_changes(lpar=[], rpar=[]))]))
+        ctx.plan.replaces.append(Replace(forward, lambda _, name=name: cst.Name(name)))
+    bound = bound_keys(loss.statement)
+    group = groups.get(id(loss.block))
+    reads = {key for forward in loss.forwards for key in iter_keys(forward)}
+    if group is not None and group.last == loss.index - 1 and not reads & group.bound:
+        position = group.wrap
+    else:
+        position = next((p for p, w in enumerate(ctx.plan.wraps)
+                         if w.block is loss.block and w.end == loss.index - 1), None)
+        group = None
+    if position is None:
+        position = len(ctx.plan.wraps)
+        item = ctx.parse_expression(ctx.autocast_call)
+        ctx.plan.wraps.append(Wrap(loss.block, loss.index, loss.index - 1, item, []))
+        ctx.notes.append(Note("AMP101", loss.statement, "forward pass wrapped in "
+                              f"`with {ctx.autocast_call}:`"))
+    wrap = ctx.plan.wraps[position]
+    ctx.plan.wraps[position] = Wrap(wrap.block, wrap.start, wrap.end, wrap.item,
+                                    [*wrap.tail, *lines])
+    groups[id(loss.block)] = _Group(loss.block, loss.index, position,
+                                    bound | (group.bound if group else set()))
+    return names
+
+
+def _fresh(ctx: RuleContext, forward: cst.BaseExpression) -> str:
+    """`disc(fake)` -> `disc_out` (`disc_out_2`, ... when taken, in the file or this plan)."""
+    model = next((dotted(node.func) for node in _calls(forward) if dotted(node.func)), None)
+    base = f"{(model or 'model').rsplit('.', 1)[-1]}_out"
+    name = fresh_name(ctx.facts, (base,))
+    counter = 2
+    while name in ctx.new_names:
+        name = f"{base}_{counter}"
+        counter += 1
+    ctx.new_names.add(name)
+    return name
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    """Calls in `node`, outermost receiver first (`disc(x).view(-1)` -> `disc(x)` last)."""
+    found: list[cst.Call] = []
+    while True:
+        if isinstance(node, cst.Call):
+            found.append(node)
+            node = node.func
+        elif isinstance(node, cst.Attribute | cst.Subscript):
+            node = node.value
+        else:
+            return found[::-1]

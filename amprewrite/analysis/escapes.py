@@ -1,0 +1,474 @@
+"""Low-precision values that leave an autocast region, and the uses that would crash on them.
+
+A tensor computed under autocast (a model's output, a matmul, anything derived from one) is
+bfloat16/float16. After the region it reaches code that wants float32: `.numpy()` and numpy
+functions (numpy has no bfloat16), float32 models and matmuls (`Input type (c10::BFloat16)
+and weight type (float) should be the same`), losses mixing it with float32 tensors, and
+index-puts into float32 buffers. Values are followed by key through each function in source
+order, through containers (`outputs.append(out)`), loops and comprehensions over them, and
+the returns of the module's functions. Model methods (and helpers called from a region) run
+under their caller's autocast: a `.numpy()` inside them counts too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts, Statement
+from amprewrite.analysis.forward import is_loss_call, is_model_call
+from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.names import dotted, receiver_key, target_keys
+from amprewrite.analysis.training_step import Region
+from amprewrite.analysis.tree import children
+
+# Results that are never a low-precision floating tensor.
+_NOT_LOW_METHODS = frozenset({
+    "argmax", "argmin", "argsort", "long", "int", "bool", "byte", "short", "float", "double",
+    "item", "tolist", "numpy", "size", "dim", "numel", "eq", "ne", "lt", "gt", "le", "ge",
+    "nonzero", "isnan", "isinf", "isfinite", "all", "any", "state_dict", "parameters",
+})
+_NOT_LOW_TORCH = frozenset({
+    "argmax", "argmin", "argsort", "eq", "ne", "lt", "gt", "le", "ge", "isnan", "isinf",
+    "isfinite", "nonzero", "numel", "is_tensor", "no_grad", "device", "save", "tensor",
+    "as_tensor", "from_numpy", "randn", "rand", "randint", "zeros", "ones", "full", "empty",
+    "arange", "linspace", "manual_seed",
+})
+# Index results of these are indices: `out.max(1)[1]`, `values, indices = out.topk(5)`.
+_VALUES_AND_INDICES = frozenset({"max", "min", "topk", "sort", "mode", "median", "kthvalue"})
+# Functions whose tensor inputs must share one dtype (outside autocast).
+_MIXING_TORCH = frozenset({
+    "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", "bilinear", "conv1d",
+    "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "scaled_dot_product_attention", "embedding",
+})
+# numpy functions that turn their tensor arguments into arrays.
+_NUMPY_ARRAYS = frozenset({
+    "array", "asarray", "concatenate", "stack", "vstack", "hstack", "save", "savez",
+    "savetxt", "mean", "std", "sum", "argmax", "histogram", "percentile", "corrcoef", "exp",
+    "round", "clip", "where",
+})
+
+
+@dataclass(frozen=True)
+class Escape:
+    """A low-precision expression used where float32 is needed: cast it with `.float()`."""
+
+    node: cst.BaseExpression  # what to cast
+    statement: Statement  # where the use is
+    use: str  # e.g. "`.numpy()`", "the float32 model `netD`"
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A low-precision value reaching a float32 use that no cast at one place can fix."""
+
+    node: cst.CSTNode
+    statement: Statement
+    what: str
+
+
+@dataclass
+class Escapes:
+    """Every escaping use of a low-precision value found in a module."""
+
+    casts: list[Escape] = field(default_factory=list)
+    stuck: list[Stuck] = field(default_factory=list)
+
+
+def find_escapes(
+    facts: ModuleFacts,
+    kinds: KindTable,
+    regions: Iterable[Region],
+    float32_already: Iterable[cst.CSTNode] = (),
+    autocast_expressions: Iterable[cst.CSTNode] = (),
+) -> Escapes:
+    """The uses of values computed under `regions` (and `autocast_expressions`) that crash
+    outside them, and `.numpy()` calls reached under autocast; nodes another rule already
+    makes float32 are skipped."""
+    in_region: set[int] = set()
+    for region in regions:
+        in_region.update(id(s) for s in region.statements)
+        if region.hoist is not None:  # `crit(out, y).backward()`: the loss moves into it
+            in_region.add(id(region.hoist.call.func.value))  # type: ignore[attr-defined]
+    in_region.update(id(node) for node in autocast_expressions)
+    scopes = _Scopes(facts, kinds, in_region, {id(n) for n in float32_already})
+    scopes.run(record=False)  # function summaries: which return low-precision values
+    scopes.run(record=True)
+    return scopes.result
+
+
+class _Scopes:
+    def __init__(
+        self, facts: ModuleFacts, kinds: KindTable, in_region: set[int], skip: set[int]
+    ) -> None:
+        self.facts, self.kinds, self.in_region, self.skip = facts, kinds, in_region, skip
+        self.returns: dict[str, tuple[bool, ...]] = {}  # function name -> low per element
+        self.result = Escapes()
+        self.record = False
+        self.under_caller = _run_under_caller(facts, kinds, in_region)
+
+    def run(self, record: bool) -> None:
+        self.record = record
+        self.result = Escapes()
+        _Scope(self, autocast=False).block(self.facts.module.body)
+        for function in self.facts.functions:
+            scope = _Scope(self, autocast=function in self.under_caller)
+            scope.block(function.body.body)
+            if not record:
+                self.returns[function.name.value] = scope.returned
+
+
+class _Scope:
+    """Follows low-precision keys through one function body, in source order."""
+
+    def __init__(self, scopes: _Scopes, autocast: bool) -> None:
+        self.s = scopes
+        self.base_autocast = autocast
+        self.low: set[str] = set()
+        self.containers: set[str] = set()
+        self.appended: dict[str, list[cst.BaseExpression]] = {}
+        self.returned: tuple[bool, ...] = ()
+        self.autocast = autocast
+        self.statement: Statement | None = None
+
+    # Statements ---------------------------------------------------------------------------
+    def block(self, body: Iterable[cst.CSTNode]) -> None:
+        for statement in body:
+            self.compound_or_line(statement)
+
+    def compound_or_line(self, statement: cst.CSTNode) -> None:
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+            return
+        outer_autocast, outer_statement = self.autocast, self.statement
+        if id(statement) in self.s.in_region:
+            self.autocast = True
+        if isinstance(statement, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+            self.statement = statement
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                self.small(small)
+        elif isinstance(statement, cst.For):
+            self.check(statement.iter)
+            self.bind(statement.target, self.is_low(statement.iter))
+            self.block(statement.body.body)
+            self.suite(statement.orelse)
+        elif isinstance(statement, cst.If | cst.While):
+            self.check(statement.test)
+            self.block(statement.body.body)
+            self.suite(statement.orelse)
+        elif isinstance(statement, cst.With):
+            for item in statement.items:
+                self.check(item.item)
+            self.block(statement.body.body)
+        elif isinstance(statement, cst.Try):
+            self.block(statement.body.body)
+            for handler in statement.handlers:
+                self.block(handler.body.body)
+            self.suite(statement.orelse)
+            self.suite(statement.finalbody)
+        self.autocast, self.statement = outer_autocast, outer_statement
+
+    def suite(self, node: cst.CSTNode | None) -> None:
+        if isinstance(node, cst.If):
+            self.compound_or_line(node)
+        elif node is not None:
+            body = getattr(node, "body", None)
+            if isinstance(body, cst.IndentedBlock):
+                self.block(body.body)
+
+    def small(self, small: cst.BaseSmallStatement) -> None:
+        if isinstance(small, cst.Assign):
+            self.check(small.value)
+            for target in small.targets:
+                self.check_store(target.target, small.value)
+                self.bind(target.target, self.is_low(small.value), small.value)
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            self.check(small.value)
+            self.bind(small.target, self.is_low(small.value), small.value)
+        elif isinstance(small, cst.AugAssign):
+            self.check(small.value)
+        elif isinstance(small, cst.Return) and small.value is not None:
+            self.check(small.value)
+            value = small.value
+            elements = value.elements if isinstance(value, cst.Tuple) else [value]
+            flags = tuple(self.is_low(getattr(e, "value", e)) for e in elements)
+            if len(flags) == len(self.returned):  # several returns: low where any is
+                flags = tuple(a or b for a, b in zip(flags, self.returned, strict=True))
+            self.returned = flags
+        elif isinstance(small, cst.Expr):
+            self.check(small.value)
+            self.track_append(small.value)
+
+    def bind(
+        self, target: cst.BaseExpression, low: bool, value: cst.BaseExpression | None = None
+    ) -> None:
+        if isinstance(target, cst.Tuple | cst.List):
+            parts = _elements(value) if value is not None else None
+            unpacks_indices = isinstance(value, cst.Call) and _method(value) in _VALUES_AND_INDICES
+            for position, element in enumerate(target.elements):
+                part = parts[position] if parts and len(parts) == len(target.elements) else None
+                element_low = self.is_low(part) if part is not None else (
+                    low and not (unpacks_indices and position == 1))
+                if part is None and isinstance(value, cst.Call):
+                    summary = self.summary(value)
+                    if summary is not None and len(summary) == len(target.elements):
+                        element_low = summary[position]
+                self.bind(element.value, element_low)
+            return
+        if isinstance(target, cst.Subscript):
+            key = receiver_key(target.value)
+            if key is not None and low:
+                self.low.add(key)
+                self.containers.add(key)
+            return
+        for key in target_keys(target):
+            if low:
+                self.low.add(key)
+            else:
+                self.low.discard(key)
+            if isinstance(value, cst.List | cst.ListComp | cst.Dict | cst.Tuple):
+                self.containers.add(key)
+                self.appended.setdefault(key, [])
+            else:
+                self.containers.discard(key)
+
+    def track_append(self, value: cst.BaseExpression) -> None:
+        """`outputs.append(out)`: `outputs` now holds a low-precision tensor."""
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in ("append", "extend") and value.args):
+            return
+        key = receiver_key(value.func.value)
+        arg = value.args[0].value
+        if key is None or not self.is_low(arg):
+            return
+        self.low.add(key)
+        self.containers.add(key)
+        if value.func.attr.value == "append" and key in self.appended:
+            self.appended[key].append(arg)
+        else:
+            self.appended.pop(key, None)  # filled in a way one cast cannot reach
+
+    # Uses ---------------------------------------------------------------------------------
+    def check(self, node: cst.CSTNode) -> None:
+        """Record every use inside `node` that needs float32 (comprehensions see their
+        targets)."""
+        if isinstance(node, cst.Lambda | cst.FunctionDef | cst.ClassDef):
+            return
+        if id(node) in self.s.in_region and not self.autocast:  # a forward kept under autocast
+            self.autocast = True
+            self.check(node)
+            self.autocast = False
+            return
+        if isinstance(node, cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp):
+            saved = set(self.low)
+            clause: cst.CompFor | None = node.for_in
+            while clause is not None:
+                self.check(clause.iter)
+                self.bind(clause.target, self.is_low(clause.iter))
+                clause = clause.inner_for_in
+            for part in ("elt", "key", "value"):
+                child = getattr(node, part, None)
+                if child is not None:
+                    self.check(child)
+            self.low = saved
+            return
+        if isinstance(node, cst.Call):
+            self.check_call(node)
+        elif (isinstance(node, cst.BinaryOperation) and not self.autocast
+              and isinstance(node.operator, cst.MatrixMultiply)):
+            for operand in (node.left, node.right):
+                self.cast_if_low(operand, "a float32 matmul (`@`)")
+        for child in children(node):
+            self.check(child)
+
+    def check_call(self, call: cst.Call) -> None:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "numpy" and not call.args:
+            self.cast_if_low(func.value, "`.numpy()` (numpy has no bfloat16)")
+            return
+        resolved = self.s.facts.imports.resolve(func) or ""
+        module, _, last = resolved.rpartition(".")
+        if module == "numpy" and last in _NUMPY_ARRAYS:
+            for arg in call.args:
+                self.cast_if_low(arg.value, f"`{dotted(func)}` (numpy has no bfloat16)")
+            return
+        if self.autocast:
+            return  # under autocast, models and matmuls take any float dtype
+        kinds = self.s.kinds
+        if is_model_call(call, kinds):
+            use = f"the float32 model `{dotted(func)}`"
+        elif module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
+            use = f"`{dotted(func)}` with float32 weights"
+        elif is_loss_call(call, self.s.facts, kinds):
+            use = f"the loss `{dotted(func) or 'call'}` with float32 inputs"
+        else:
+            return
+        for arg in call.args:
+            if arg.star:
+                if self.is_low(arg.value):
+                    self.stuck(arg.value, use)
+                continue
+            self.cast_if_low(arg.value, use)
+
+    def check_store(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """`buffer[mask] = low` into a float32 buffer: index_put needs one dtype."""
+        if self.autocast or not isinstance(target, cst.Subscript):
+            return
+        if self.is_low(target.value) or all(
+            isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.SimpleString)
+            for e in target.slice
+        ):
+            return  # a low-precision buffer, or a dict entry
+        self.cast_if_low(value, "an index assignment into a float32 tensor")
+
+    def cast_if_low(self, node: cst.BaseExpression, use: str) -> None:
+        if id(node) in self.s.skip or not self.is_low(node) or not self.s.record:
+            return
+        key = receiver_key(node)
+        if key is not None and key in self.containers:
+            appended = self.appended.get(key)
+            if appended:  # cast where the tensors go in
+                for element in appended:
+                    self.add(element, use)
+            else:
+                self.stuck(node, use)
+            return
+        if isinstance(node, cst.List | cst.Tuple):
+            for element in node.elements:
+                if not isinstance(element, cst.StarredElement):
+                    self.cast_if_low(element.value, use)
+            return
+        if isinstance(node, cst.ListComp | cst.GeneratorExp):
+            self.stuck(node, use)
+            return
+        self.add(node, use)
+
+    def add(self, node: cst.BaseExpression, use: str) -> None:
+        if id(node) in self.s.skip:
+            return
+        self.s.skip.add(id(node))
+        assert self.statement is not None
+        self.s.result.casts.append(Escape(node, self.statement, use))
+
+    def stuck(self, node: cst.CSTNode, use: str) -> None:
+        if self.s.record and self.statement is not None:
+            self.s.result.stuck.append(Stuck(node, self.statement, use))
+
+    # Values -------------------------------------------------------------------------------
+    def summary(self, call: cst.Call) -> tuple[bool, ...] | None:
+        name = (dotted(call.func) or "").removeprefix("self.")
+        return self.s.returns.get(name)
+
+    def is_low(self, node: cst.BaseExpression | None) -> bool:
+        """Whether `node` may evaluate to a low-precision tensor (or a container of them)."""
+        if node is None:
+            return False
+        key = receiver_key(node)
+        if key is not None and key in self.low:
+            return True
+        if isinstance(node, cst.Subscript):
+            if isinstance(node.value, cst.Call) and _method(node.value) in _VALUES_AND_INDICES:
+                index = node.slice[0].slice
+                if isinstance(index, cst.Index) and getattr(index.value, "value", "") == "1":
+                    return False
+            return self.is_low(node.value)
+        if isinstance(node, cst.Attribute):
+            return node.attr.value in ("data", "T", "mT", "real") and self.is_low(node.value)
+        if isinstance(node, cst.Call):
+            return self.call_is_low(node)
+        if isinstance(node, cst.BinaryOperation):
+            return self.is_low(node.left) or self.is_low(node.right)
+        if isinstance(node, cst.UnaryOperation):
+            return self.is_low(node.expression)
+        if isinstance(node, cst.IfExp):
+            return self.is_low(node.body) or self.is_low(node.orelse)
+        if isinstance(node, cst.Tuple | cst.List):
+            return any(self.is_low(e.value) for e in node.elements)
+        if isinstance(node, cst.ListComp | cst.GeneratorExp):
+            saved = set(self.low)
+            clause: cst.CompFor | None = node.for_in
+            while clause is not None:
+                self.bind(clause.target, self.is_low(clause.iter))
+                clause = clause.inner_for_in
+            low = self.is_low(node.elt)
+            self.low = saved
+            return low
+        return False
+
+    def call_is_low(self, call: cst.Call) -> bool:
+        func = call.func
+        facts, kinds = self.s.facts, self.s.kinds
+        args_low = any(self.is_low(a.value) for a in call.args)
+        method = _method(call)
+        resolved = facts.imports.resolve(func)
+        if resolved is not None:
+            module, _, last = resolved.rpartition(".")
+            if module.startswith("numpy") or last in _NOT_LOW_TORCH:
+                return False
+            if is_loss_call(call, facts, kinds):
+                return False  # losses run in float32 under autocast
+            if module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
+                return self.autocast or args_low
+            return args_low
+        if method is not None:
+            if method in _NOT_LOW_METHODS:
+                return False
+            if is_model_call(call, kinds):
+                return self.autocast or args_low
+            assert isinstance(func, cst.Attribute)
+            return self.is_low(func.value) or (self.autocast and _is_layer_call(call))
+        summary = self.summary(call)
+        if summary is not None:
+            return any(summary)
+        if is_loss_call(call, facts, kinds):
+            return False
+        if is_model_call(call, kinds) or _is_layer_call(call):
+            return self.autocast
+        return args_low
+
+
+def _method(call: cst.Call) -> str | None:
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+
+
+def _is_layer_call(call: cst.Call) -> bool:
+    """`self.fc(x)` inside a model: a submodule's forward."""
+    key = dotted(call.func) or ""
+    return key.startswith("self.") and key.count(".") == 1
+
+
+def _elements(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
+    if isinstance(value, cst.Tuple | cst.List) and not any(
+        isinstance(e, cst.StarredElement) for e in value.elements
+    ):
+        return [e.value for e in value.elements]
+    return None
+
+
+def _run_under_caller(
+    facts: ModuleFacts, kinds: KindTable, in_region: set[int]
+) -> set[cst.FunctionDef]:
+    """Functions that may run under their caller's autocast: the methods of the module's
+    nn.Module classes, and the module's functions called from a region."""
+    models = {cls for cls in facts.classes if _is_module_class(cls, facts)}
+    under = {f for f, cls in facts.function_class.items()
+             if cls in models and f.name.value != "__init__"}
+    by_name = {f.name.value: f for f in facts.functions}
+    for site in facts.calls:
+        if not any(id(s) in in_region for s in facts.enclosing_statements(site.statement)):
+            continue
+        name = (dotted(site.call.func) or "").removeprefix("self.")
+        if name in by_name:
+            under.add(by_name[name])
+    return under
+
+
+def _is_module_class(cls: cst.ClassDef, facts: ModuleFacts) -> bool:
+    for base in cls.bases:
+        resolved = facts.imports.resolve(base.value) or ""
+        if resolved.startswith("torch.nn.") or resolved == "torch.nn.Module":
+            return True
+    return False
