@@ -16,6 +16,7 @@ from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
 from amprewrite.analysis.forward import computes
 from amprewrite.analysis.kinds import Kind, KindTable, optimizer_loop_elements
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key
+from amprewrite.analysis.scaler_protocol import UpdatePoint, plan_updates
 from amprewrite.analysis.statements import (
     calls_in,
     is_backward_call,
@@ -23,7 +24,6 @@ from amprewrite.analysis.statements import (
     is_definition,
     is_step_call,
 )
-from amprewrite.analysis.scaler_protocol import UpdatePoint, plan_updates
 from amprewrite.analysis.unscaling import Clip, Unscale, gradient_uses, reads_grad
 
 
