@@ -161,6 +161,18 @@ CODES: dict[str, Code] = {
     "AMP208": Code(Severity.SKIP, "`torch.autograd.grad` in a training step",
                    "Left unscaled: results stay correct, but float16 gradients may underflow. "
                    "Scale the outputs and unscale the gradients as in the AMP recipe."),
+    "AMP210": Code(Severity.SKIP, "scaler protocol cannot be kept on every path",
+                   "Between two `scaler.update()`s an optimizer may be unscaled once and "
+                   "stepped once, and every path that unscaled or stepped must reach one "
+                   "`update()`. Restructure the loop so that one statement ends every step "
+                   "path (e.g. keep retries around forward and backward only)."),
+    "AMP211": Code(Severity.SKIP, "scaled gradients read without an optimizer to unscale them",
+                   "A path reads or applies `.grad` after a scaled backward and no optimizer "
+                   "step of that path can unscale them (a manual SGD update): use a "
+                   "torch.optim optimizer on every path, or keep this step in FP32."),
+    "AMP212": Code(Severity.SKIP, "optimizer bound only on some paths",
+                   "The stepped optimizer is created inside a branch; the scaler calls would "
+                   "name it where it may not exist. Create it on every path."),
     # AMP mistakes in code that already uses AMP (fixed by a normal run where marked).
     "AMP601": Code(Severity.LINT, "optimizer step bypasses the grad scaler",
                    "Fixed: `scaler.step(optimizer)`, so inf/NaN steps are skipped and gradients "

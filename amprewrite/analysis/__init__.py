@@ -96,7 +96,8 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         saturating=saturating_inputs(
             [*training_regions.moved_out, *evaluation_regions.moved_out], facts),
         checkpoints=analyse_checkpoints(facts, kinds),
-        schedulers=schedulers_after_steps(facts, kinds, training.updates_after),
+        schedulers=schedulers_after_steps(facts, kinds, training.updates_after,
+                                          training.steps),
         hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions)],
         sharded=uses_fsdp(facts),
         custom_functions=custom_functions(facts),

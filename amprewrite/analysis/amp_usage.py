@@ -86,6 +86,12 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
         if isinstance(statement, cst.FunctionDef):
             usage.decorators.extend(d for d in statement.decorators
                                     if _is_amp_decorator(d.decorator, facts))
+    # `for opt in optimizers: scaler.unscale_(opt)`: the loop goes with its only statements.
+    deleted = set(usage.statements)
+    for statement in facts.statements:
+        if (isinstance(statement, cst.For) and isinstance(statement.body, cst.IndentedBlock)
+                and statement.orelse is None and all(s in deleted for s in statement.body.body)):
+            usage.statements.append(statement)
     return usage
 
 

@@ -63,6 +63,7 @@ class ModuleFacts:
     functions: list[cst.FunctionDef] = field(default_factory=list)
     function_class: dict[cst.FunctionDef, cst.ClassDef] = field(default_factory=dict)
     classes: list[cst.ClassDef] = field(default_factory=list)
+    loops: list[cst.For | cst.CompFor] = field(default_factory=list)  # `for` statements and clauses
     names: set[str] = field(default_factory=set)
     strings: set[str] = field(default_factory=set)  # values of plain string literals
     order: dict[Statement, int] = field(default_factory=dict)  # pre-order (source) position
@@ -167,6 +168,11 @@ class _Collector:
             self.facts.small_containers[small] = node
 
     _visit_SimpleStatementSuite = _visit_SimpleStatementLine
+
+    def _visit_For(self, node: cst.For | cst.CompFor) -> None:
+        self.facts.loops.append(node)
+
+    _visit_CompFor = _visit_For
 
     # Scopes (left again at the end of `walk`) ----------------------------------------------
     def _visit_FunctionDef(self, node: cst.FunctionDef) -> None:

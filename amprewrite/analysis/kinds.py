@@ -111,11 +111,15 @@ class KindTable:
         self.constructors: dict[str, str] = {}  # key -> qualified name of what built it
         self._local_classes = self._local_class_kinds()
         self._function_names = {f.name.value for f in facts.functions}
+        self.element_kinds: dict[str, Kind] = {}  # container key -> kind of its elements
+        # id(for) -> {optimizer variable: (`container[*]`, what to iterate for its elements)}
+        self.loop_elements: dict[int, dict[str, tuple[str, str]]] = {}
         for _ in range(4):  # a few rounds reach a fixpoint on real scripts
             before = dict(self.kinds)
             self._from_bindings()
             self._from_uses()
             self._from_call_sites()
+            self._from_loops()
             if before == self.kinds:
                 break
 
@@ -184,6 +188,44 @@ class KindTable:
                 if built_by is not None:
                     self.constructors.setdefault(binding.keys[0], built_by)
 
+    # Containers of optimizers ---------------------------------------------------------------
+    def _from_loops(self) -> None:
+        """`for opt in optimizers:`, `zip(optimizers, schedulers)`, `self.optimizers.values()`,
+        comprehensions: the loop variable is an optimizer when the container holds them."""
+        for binding in self.facts.bindings:
+            if len(binding.keys) == 1 and self._element_kind(binding.value) is Kind.OPTIMIZER:
+                self.element_kinds.setdefault(binding.keys[0], Kind.OPTIMIZER)
+        for loop in self.facts.loops:
+            elements = {}
+            for name, container, iterate in _loop_pairs(loop.target, loop.iter):
+                key = receiver_key(container)
+                if key is not None and self._holds_optimizers(key):
+                    code = " ".join(self.facts.module.code_for_node(iterate).split())
+                    elements[name] = (f"{key}[*]", code)
+                    self._set(name, Kind.OPTIMIZER)
+            if elements:
+                self.loop_elements[id(loop)] = elements
+
+    def _holds_optimizers(self, key: str) -> bool:
+        if key in self.element_kinds:
+            return self.element_kinds[key] is Kind.OPTIMIZER
+        last = key.rsplit(".", 1)[-1].lower()
+        return last.startswith(("optimizers", "optimisers", "optims", "opts"))
+
+    def _element_kind(self, value: cst.BaseExpression) -> Kind | None:
+        if isinstance(value, cst.List | cst.Tuple | cst.Set):
+            kinds = {self.kind_of_value(e.value) for e in value.elements}
+        elif isinstance(value, cst.Dict):
+            kinds = {self.kind_of_value(e.value) for e in value.elements
+                     if isinstance(e, cst.DictElement)}
+        elif isinstance(value, cst.ListComp | cst.GeneratorExp):
+            kinds = {self.kind_of_value(value.elt)}
+        elif isinstance(value, cst.DictComp):
+            kinds = {self.kind_of_value(value.value)}
+        else:
+            return None
+        return kinds.pop() if len(kinds) == 1 else None
+
     # Use ----------------------------------------------------------------------------------
     def _from_uses(self) -> None:
         methods_by_key: dict[str, set[str]] = {}
@@ -230,6 +272,39 @@ class KindTable:
                 else:
                     continue
                 self._set(param, self.of_expr(arg.value))
+
+
+def _loop_pairs(
+    target: cst.BaseExpression, iterable: cst.BaseExpression
+) -> list[tuple[str, cst.BaseExpression, cst.BaseExpression]]:
+    """(loop variable, container whose elements it takes, what to iterate for just those
+    elements) for the usual iteration shapes."""
+    if isinstance(iterable, cst.Call) and isinstance(target, cst.Tuple | cst.List):
+        names = [dotted(e.value) for e in target.elements]
+        func = dotted(iterable.func)
+        args = [a.value for a in iterable.args]
+        if func == "zip" and len(args) == len(names):
+            return [(n, a, a) for n, a in zip(names, args, strict=True) if n is not None]
+        if func == "enumerate" and args and len(names) == 2 and names[1] is not None:
+            return [(names[1], args[0], args[0])]
+        if (isinstance(iterable.func, cst.Attribute) and iterable.func.attr.value == "items"
+                and len(names) == 2 and names[1] is not None):
+            values = iterable.with_changes(func=iterable.func.with_changes(attr=cst.Name("values")))
+            return [(names[1], iterable.func.value, values)]
+        return []
+    name = dotted(target)
+    if name is None:
+        return []
+    if (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
+            and iterable.func.attr.value == "values" and not iterable.args):
+        return [(name, iterable.func.value, iterable)]
+    return [(name, iterable, iterable)]
+
+
+def optimizer_loop_elements(kinds: KindTable, loop: cst.CSTNode) -> dict[str, tuple[str, str]]:
+    """For a loop over a container of optimizers: {loop variable: (`container[*]`, what to
+    iterate for its elements)}."""
+    return kinds.loop_elements.get(id(loop), {})
 
 
 def parameter_owners(node: cst.CSTNode) -> list[str]:

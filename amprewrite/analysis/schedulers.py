@@ -23,12 +23,15 @@ class GuardedScheduler:
     """An LR scheduler stepped right after an optimizer step the scaler may skip."""
 
     site: CallSite  # `scheduler.step()`, alone on its line
-    after: CallSite  # the optimizer step it follows (where `scaler.update()` goes)
+    after: CallSite  # the optimizer step it follows
+    after_update: bool = True  # `scaler.update()` goes right after that step, before this
 
 
 def schedulers_after_steps(
-    facts: ModuleFacts, kinds: KindTable, updates_after: list[CallSite]
+    facts: ModuleFacts, kinds: KindTable, updates_after: list[CallSite], steps: list[CallSite]
 ) -> list[GuardedScheduler]:
+    """Schedulers stepped after an optimizer step of their iteration; `after_update` when
+    `update()` sits right after that step (else it comes later: a loop over optimizers)."""
     guarded = []
     for site in facts.calls:
         if not is_step_call(site.call) or site.call.args or not _is_scheduler(site, kinds):
@@ -36,12 +39,15 @@ def schedulers_after_steps(
         line = site.statement
         if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
             continue
-        preceding = [
-            step for step in updates_after
-            if facts.order[step.statement] < facts.order[line] and same_iteration(step, site, facts)
-        ]
-        if preceding:
-            guarded.append(GuardedScheduler(site, preceding[-1]))
+        for candidates, after_update in ((updates_after, True), (steps, False)):
+            preceding = [
+                step for step in candidates
+                if facts.order[step.statement] < facts.order[line]
+                and same_iteration(step, site, facts)
+            ]
+            if preceding:
+                guarded.append(GuardedScheduler(site, preceding[-1], after_update))
+                break
     return guarded
 
 

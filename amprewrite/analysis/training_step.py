@@ -14,8 +14,9 @@ import libcst as cst
 
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
 from amprewrite.analysis.forward import computes
-from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.kinds import Kind, KindTable, optimizer_loop_elements
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key
+from amprewrite.analysis.scaler_protocol import UpdatePoint, plan_updates
 from amprewrite.analysis.statements import (
     calls_in,
     is_backward_call,
@@ -61,6 +62,7 @@ class TrainingSteps:
     backwards: list[CallSite] = field(default_factory=list)  # to scale
     steps: list[CallSite] = field(default_factory=list)  # to route through the scaler
     updates_after: list[CallSite] = field(default_factory=list)  # steps followed by update()
+    updates_at: list[UpdatePoint] = field(default_factory=list)  # other update() positions
     regions: list[Region] = field(default_factory=list)  # forward + loss, to autocast
     unscales: list[Unscale] = field(default_factory=list)  # before clipping / reading .grad
     clips: list[Clip] = field(default_factory=list)  # gradient clipping between backward/step
@@ -115,10 +117,24 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                                      "in this file to scale; left unchanged"))
         return result
 
+    unscales, clips = gradient_uses(optimizer_steps, training_backwards, facts)
+    unscales = [_over_elements(u, optimizer_steps, facts, kinds) for u in unscales]
+    protocol = plan_updates(optimizer_steps, unscales, training_backwards, facts, kinds)
+    unbound = [Note("AMP212", s.call, f"`{_code(facts, s.call.func.value)}` "  # type: ignore[attr-defined]
+                    "is bound only on some paths; the scaler cannot be used where it may be "
+                    "missing; training step left unchanged")
+               for s in optimizer_steps if _maybe_unbound(s, facts)]
+    if protocol.problems or unbound:
+        result.notes.extend(unbound)
+        result.notes.extend(
+            Note(p.code, p.node, f"{p.message}; training step left unchanged")
+            for p in protocol.problems)
+        return result
     result.backwards = training_backwards
     result.steps = optimizer_steps
-    result.updates_after = _last_steps(optimizer_steps, facts)
-    result.unscales, result.clips = gradient_uses(optimizer_steps, training_backwards, facts)
+    result.updates_after = protocol.updates_after
+    result.updates_at = protocol.updates_at
+    result.unscales, result.clips = unscales, clips
     regions: list[Region] = []
     for site in training_backwards:
         region = _loss_region(site, facts, kinds)
@@ -183,17 +199,40 @@ def _steps_in(function: cst.FunctionDef | None, steps: list[CallSite]) -> bool:
     return any(s.function is function for s in steps)
 
 
-def _last_steps(steps: list[CallSite], facts: ModuleFacts) -> list[CallSite]:
-    """Steps after which no other step of the same function can run in that iteration."""
-    last = []
-    for index, site in enumerate(steps):
-        later = [
-            other for other in steps[index + 1 :]
-            if same_iteration(site, other, facts) and not _exclusive(site, other, facts)
-        ]
-        if not later:
-            last.append(site)
-    return last
+def _over_elements(
+    unscale: Unscale, steps: list[CallSite], facts: ModuleFacts, kinds: KindTable
+) -> Unscale:
+    """An optimizer that is a loop's element (`for opt in optimizers: opt.step()`) is unscaled
+    in a loop of its own when the unscale comes before that loop."""
+    step = next(s for s in steps if s.call.func.value is unscale.optimizer)  # type: ignore[attr-defined]
+    name = dotted(unscale.optimizer)
+    around = set(facts.enclosing_statements(unscale.statement))
+    loops: list[cst.CSTNode] = [s for s in facts.enclosing_statements(step.statement)[1:]
+                                if isinstance(s, cst.For) and s not in around]
+    if step.small is not None:
+        loops += [loop for loop in facts.loops if isinstance(loop, cst.CompFor)
+                  and facts.owner.get(id(loop)) is step.statement]
+    for loop in loops:
+        elements = optimizer_loop_elements(kinds, loop)
+        if name in elements:
+            return Unscale(unscale.statement, unscale.optimizer, unscale.reason,
+                           iterate=elements[name][1])
+    return unscale
+
+
+def _maybe_unbound(step: CallSite, facts: ModuleFacts) -> bool:
+    """The stepped optimizer is assigned in this function only inside branches or loops
+    that do not also hold the step: on some path it may not exist."""
+    key = receiver_key(step.call.func.value)  # type: ignore[attr-defined]
+    bindings = [b for b in facts.bindings if key in b.keys and b.function is step.function]
+    if not bindings:
+        return False
+    around_step = set(facts.enclosing_statements(step.statement))
+    return all(
+        any(isinstance(outer, cst.If | cst.Try | cst.For | cst.While) and outer not in around_step
+            for outer in facts.enclosing_statements(b.statement)[1:]
+            if not isinstance(outer, cst.FunctionDef))
+        for b in bindings)
 
 
 def same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:
@@ -204,21 +243,6 @@ def same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:
     if loop is None:
         return facts.enclosing_loop(other.statement) is None
     return loop in facts.enclosing_statements(other.statement)
-
-
-def _exclusive(a: CallSite, b: CallSite, facts: ModuleFacts) -> bool:
-    """True when `a` and `b` sit in different branches of one `if`."""
-    chain_a = facts.enclosing_statements(a.statement)
-    chain_b = facts.enclosing_statements(b.statement)
-    for outer in chain_a[1:]:
-        if outer in chain_b and isinstance(outer, cst.If):
-            return _branch(outer, chain_a) != _branch(outer, chain_b)
-    return False
-
-
-def _branch(statement: cst.If, chain: list[Statement]) -> int:
-    inner = chain[chain.index(statement) - 1]
-    return 0 if inner in statement.body.body else 1
 
 
 # Autocast regions ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ class Unscale:
     statement: Statement
     optimizer: cst.BaseExpression
     reason: str
+    iterate: str | None = None  # `optimizers`: the optimizer is a loop's element; unscale each
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite
+from amprewrite.analysis.scaler_protocol import UpdatePoint
 from amprewrite.analysis.training_step import Note
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert, InsertAfterSmall, Replace
@@ -70,6 +71,30 @@ def add_updates(ctx: RuleContext, after: list[CallSite]) -> None:
             ctx.plan.small_inserts.append(InsertAfterSmall(small, smalls))
         ctx.notes.append(Note("AMP105", site.call, f"`{code}` added after the last optimizer "
                               "step of the iteration"))
+
+
+def add_updates_at(ctx: RuleContext, points: list[UpdatePoint]) -> None:
+    """`scaler.update()` where a path leaves the iteration, or once after the statement
+    holding the iteration's last step, when no single step is last on every path."""
+    assert ctx.scaler_expr is not None
+    code = f"{ctx.scaler_expr}.update()"
+    for point in points:
+        line = ctx.parse_statement(code)
+        node = point.node
+        if isinstance(node, cst.SimpleStatementSuite):  # `if bad: continue` -> a block
+            def build(suite: cst.CSTNode, line: cst.SimpleStatementLine = line) -> cst.CSTNode:
+                assert isinstance(suite, cst.SimpleStatementSuite)
+                exit_line = cst.SimpleStatementLine(body=suite.body)
+                return cst.IndentedBlock(body=[line, exit_line])
+
+            ctx.plan.replaces.append(Replace(node, build))
+            where = "before leaving the iteration"
+        else:
+            block, index = ctx.facts.position(node)
+            ctx.plan.inserts.append(Insert(block, index if point.before else index + 1, [line]))
+            where = "before leaving the iteration" if point.before else (
+                "after the last optimizer step on every path of the iteration")
+        ctx.notes.append(Note("AMP105", node, f"`{code}` added {where}"))
 
 
 def _code(ctx: RuleContext, node: cst.CSTNode) -> str:

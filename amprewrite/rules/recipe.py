@@ -19,7 +19,12 @@ from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
 from amprewrite.rules.escapes import cast_escapes
-from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
+from amprewrite.rules.loss_scaling import (
+    add_updates,
+    add_updates_at,
+    route_steps,
+    scale_backwards,
+)
 from amprewrite.rules.model_casting import clip_master_weights, initialize_models
 from amprewrite.rules.reproducibility import seed_everything
 from amprewrite.rules.scaler_creation import create_scaler
@@ -70,6 +75,7 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         route_steps(ctx, training.steps)
         guard_schedulers(ctx, analysis.schedulers)
         add_updates(ctx, training.updates_after)
+        add_updates_at(ctx, training.updates_at)
         unscale_before_use(ctx, training.unscales)
         if options.casts_model and options.uses_master_weights:
             clip_master_weights(ctx, training.clips)

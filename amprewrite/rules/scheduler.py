@@ -13,6 +13,8 @@ from amprewrite.transform import Replace
 
 def guard_schedulers(ctx: RuleContext, schedulers: list[GuardedScheduler]) -> None:
     for scheduler in schedulers:
+        if ctx.options.plain and not scheduler.after_update:
+            continue  # the scale tells a skipped step only once `update()` has run
         if ctx.options.plain:
             # torch's GradScaler lowers its scale exactly when it skipped the step.
             name = ctx.scale_before_update.get(id(scheduler.after.call))

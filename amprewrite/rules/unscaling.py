@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
+from amprewrite.analysis.facts import Statement
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unscaling import Unscale
 from amprewrite.rules.context import RuleContext
@@ -17,6 +20,12 @@ def unscale_before_use(ctx: RuleContext, points: list[Unscale]) -> None:
         seen.add((id(point.statement), optimizer))
         code = f"{ctx.scaler_expr}.unscale_({optimizer})"
         block, index = ctx.facts.position(point.statement)
-        ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(code)]))
+        if point.iterate is None:
+            line: Statement = ctx.parse_statement(code)
+        else:  # the optimizers are a container's elements: unscale each of them
+            code = f"for {optimizer} in {point.iterate}:\n    {code}\n"
+            line = cst.parse_statement(code, config=ctx.facts.module.config_for_parsing)
+            code = " ".join(code.split())
+        ctx.plan.inserts.append(Insert(block, index, [line]))
         ctx.notes.append(Note("AMP110", point.statement,
                               f"`{code}` added before {point.reason}, so it sees true gradients"))
