@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from amprewrite.analysis.definite_binding import bound_on_every_path
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
 from amprewrite.analysis.forward import computes
 from amprewrite.analysis.kinds import Kind, KindTable, optimizer_loop_elements
@@ -221,18 +222,13 @@ def _over_elements(
 
 
 def _maybe_unbound(step: CallSite, facts: ModuleFacts) -> bool:
-    """The stepped optimizer is assigned in this function only inside branches or loops
-    that do not also hold the step: on some path it may not exist."""
+    """The stepped optimizer is assigned in this function, but not on every path reaching the
+    step (`if args.use_optimizer: optimizer = ...`): on some path it may not exist."""
     key = receiver_key(step.call.func.value)  # type: ignore[attr-defined]
-    bindings = [b for b in facts.bindings if key in b.keys and b.function is step.function]
-    if not bindings:
+    if key is None or not any(key in b.keys and b.function is step.function
+                              for b in facts.bindings):
         return False
-    around_step = set(facts.enclosing_statements(step.statement))
-    return all(
-        any(isinstance(outer, cst.If | cst.Try | cst.For | cst.While) and outer not in around_step
-            for outer in facts.enclosing_statements(b.statement)[1:]
-            if not isinstance(outer, cst.FunctionDef))
-        for b in bindings)
+    return not bound_on_every_path(key, step.statement, facts)
 
 
 def same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:

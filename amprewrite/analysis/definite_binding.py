@@ -1,0 +1,76 @@
+"""Whether a name is assigned on every path that reaches a statement (definite assignment).
+
+`if args.sgd: opt = SGD(...) else: opt = Adam(...)` binds `opt` on every path; a lone
+`if args.use_optimizer: opt = SGD(...)` does not, and neither does a loop body (it may run
+zero times). A branch that leaves (`return`, `raise`, `continue`, `break`) never reaches the
+statement, so it counts as binding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts, Statement
+from amprewrite.analysis.names import target_keys
+
+
+def bound_on_every_path(key: str, statement: Statement, facts: ModuleFacts) -> bool:
+    """True when every path from the start of `statement`'s function (or module) to it has
+    assigned `key`."""
+    current = statement
+    while True:
+        block, index = facts.position(current)
+        if any(_binds(earlier, key) for earlier in block.body[:index]):
+            return True
+        parent = facts.statements[current].parent
+        if parent is None or isinstance(parent, cst.FunctionDef | cst.ClassDef):
+            return False
+        current = parent
+
+
+def _binds(statement: cst.CSTNode, key: str) -> bool:
+    """`statement`, run to its end, has assigned `key` on every path through it."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return any(key in _assigned(small) for small in statement.body)
+    if isinstance(statement, cst.If):
+        if statement.orelse is None:
+            return False
+        orelse = statement.orelse
+        other = _binds(orelse, key) if isinstance(orelse, cst.If) else _suite_binds(
+            orelse.body, key)
+        return other and _suite_binds(statement.body, key)
+    if isinstance(statement, cst.With):
+        return _suite_binds(statement.body, key)
+    if isinstance(statement, cst.Try):
+        if statement.finalbody is not None and _suite_binds(statement.finalbody.body, key):
+            return True
+        main = _suite_binds(statement.body, key) or (
+            statement.orelse is not None and _suite_binds(statement.orelse.body, key))
+        return main and all(_suite_binds(h.body, key) for h in statement.handlers)
+    return False  # loops may run zero times; definitions bind other names
+
+
+def _suite_binds(suite: cst.BaseSuite, key: str) -> bool:
+    if isinstance(suite, cst.SimpleStatementSuite):
+        return _leaves(suite.body) or any(key in _assigned(small) for small in suite.body)
+    return any(_binds(s, key) or _leaves_line(s) for s in suite.body)
+
+
+def _leaves_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and _leaves(statement.body)
+
+
+def _leaves(smalls: Sequence[cst.BaseSmallStatement]) -> bool:
+    return bool(smalls) and isinstance(smalls[-1], cst.Return | cst.Raise | cst.Continue
+                                       | cst.Break)
+
+
+def _assigned(small: cst.BaseSmallStatement) -> set[str]:
+    if isinstance(small, cst.Assign):
+        return {k for target in small.targets for k in target_keys(target.target)}
+    if isinstance(small, cst.AnnAssign | cst.AugAssign) and (
+            not isinstance(small, cst.AnnAssign) or small.value is not None):
+        return set(target_keys(small.target))
+    return set()
