@@ -14,6 +14,7 @@ from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_lo
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import existing_amp
 from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
+from amprewrite.analysis.float16_constants import Float16Constants, float16_constants
 from amprewrite.analysis.frameworks import (
     PrecisionSwitch,
     framework_owns_precision,
@@ -53,6 +54,7 @@ class ModuleAnalysis:
     sharded: bool  # FSDP: the scaler must be the sharded one
     custom_functions: list[CustomFunction]
     optimizer_builds: list[OptimizerBuild]  # where the stepped optimizers are built
+    float16_constants: Float16Constants  # fills and epsilons float16 cannot hold
 
     @property
     def has_work(self) -> bool:
@@ -67,6 +69,8 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
     training = analyse_training(facts, kinds)
     evaluation = analyse_evaluation(facts, kinds, training.regions)
     training_functions = {site.function for site in training.backwards}
+    training_regions = split_unsafe_losses(training.regions, facts, kinds)
+    evaluation_regions = split_unsafe_losses(evaluation, facts, kinds)
     return ModuleAnalysis(
         facts=facts,
         kinds=kinds,
@@ -80,12 +84,14 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         framework=framework_owns_precision(facts),
         switches=precision_switches(facts),
         training=training,
-        training_regions=split_unsafe_losses(training.regions, facts, kinds),
-        evaluation_regions=split_unsafe_losses(evaluation, facts, kinds),
+        training_regions=training_regions,
+        evaluation_regions=evaluation_regions,
         checkpoints=analyse_checkpoints(facts, kinds),
         schedulers=schedulers_after_steps(facts, kinds, training.updates_after),
         hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions)],
         sharded=uses_fsdp(facts),
         custom_functions=custom_functions(facts),
         optimizer_builds=optimizer_builds(facts, training.steps),
+        float16_constants=float16_constants(
+            facts, kinds, [*training_regions.regions, *evaluation_regions.regions]),
     )

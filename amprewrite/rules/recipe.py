@@ -18,6 +18,7 @@ from amprewrite.rules.autocast import wrap_regions
 from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
+from amprewrite.rules.float16_constants import fit_fills_to_dtype
 from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
 from amprewrite.rules.model_casting import clip_master_weights, initialize_models
 from amprewrite.rules.reproducibility import seed_everything
@@ -49,6 +50,7 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     ):
         wrap_regions(ctx, split.regions, code, what)
         float32_inputs(ctx, split.moved_out, split.inline)
+    fit_fills_to_dtype(ctx, analysis.float16_constants)
     if style.decorators is not None and analysis.custom_functions:
         decorate_custom_functions(ctx, analysis.custom_functions, style.decorators)
     if needs.scaler:
