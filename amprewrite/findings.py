@@ -154,6 +154,12 @@ CODES: dict[str, Code] = {
                    "An epsilon below 6.1e-5 vanishes and a bound or factor above 65504 raises or "
                    "overflows on a float16 tensor: compute it after `.float()` or pick a value "
                    "float16 holds."),
+    "AMP144": Code(Severity.SKIP, "autocast that covers evaluation only, kept",
+                   "The file trained in FP32 (its autocast runs without gradients only): the "
+                   "training step is rewritten and this region is kept as written."),
+    "AMP145": Code(Severity.SKIP, "apex.amp imported but never called",
+                   "apex (SyncBatchNorm, fused optimizers) does not make a script mixed "
+                   "precision: it is rewritten; remove the unused `amp` import."),
     "AMP260": Code(Severity.SKIP, "model not initialized for O2/O3",
                    "The optimizer's model is unknown or already wrapped by DDP/FSDP: call "
                    "`scaler.initialize(model, optimizer)` by hand, before any wrapping."),
