@@ -65,6 +65,7 @@ def test_fills_of_float16_tensors_are_rewritten(body: str) -> None:
     "p = torch.softmax(q @ k, -1)\nreturn p.masked_fill(mask, -1e9)",  # softmax: float32
     "s = self.proj(q)\nreturn torch.full_like(s, -1e9, dtype=torch.float32)",
     "s = torch.zeros(4, 4)\nreturn s.masked_fill(mask, -1e9)",  # created float32
+    "self.best[0] = 1e10\nreturn self.proj(q)",  # a subscript of something not float16
 ])
 def test_fills_float16_never_sees_are_left_alone(body: str) -> None:
     output, codes = _rewrite(body)
@@ -107,3 +108,17 @@ def test_code_outside_autocast_is_left_alone() -> None:
         "\n\ndef report(s, mask):\n    return s.masked_fill(mask, -1e9)\n")
     output = rewrite_source(source.encode(), Options()).source.decode()
     assert "finfo" not in output
+
+
+def test_a_module_function_the_forward_calls_is_searched() -> None:
+    """The Annotated Transformer's `attention(query, key, value, mask)` helper."""
+    helper = '''
+
+def attention(query, key, mask):
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))
+    scores = scores.masked_fill(mask == 0, -1e9)
+    return scores.softmax(dim=-1)
+'''
+    source = "import math\n" + TEMPLATE.replace("{body}", "return attention(q, k, mask)") + helper
+    output = rewrite_source(source.encode(), Options()).source.decode()
+    assert "scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)" in output

@@ -62,8 +62,8 @@ def float16_constants(
     for function in _functions_of(regions, facts):
         finder.scan(function, lambda statement: any(
             id(outer) in inside for outer in facts.enclosing_statements(statement)))
-    for method in _model_methods(regions, facts, kinds):
-        finder.scan(method, lambda statement: True)
+    for function in _functions_run(regions, facts, kinds):
+        finder.scan(function, lambda statement: True)
     return found
 
 
@@ -108,7 +108,9 @@ class _Finder:
                 self._check_call(node, tracker)
             elif isinstance(node, cst.Assign) and len(node.targets) == 1:
                 target = node.targets[0].target
-                if isinstance(target, cst.Subscript):  # `scores[mask] = -1e9`
+                # `scores[mask] = -1e9`; a dict or a list takes subscripts too: float16 only
+                if isinstance(target, cst.Subscript) and tracker.of(
+                        target.value, True) is Precision.LOW:
                     self._fill(target.value, node.value, tracker)
             elif isinstance(node, cst.BinaryOperation):
                 self._check_arithmetic(node, tracker)
@@ -220,24 +222,62 @@ def _duplicable(node: cst.BaseExpression) -> bool:
     return dotted(node) is not None
 
 
-# Model classes -------------------------------------------------------------------------------
-def _model_methods(regions: list[Region], facts: ModuleFacts, kinds: KindTable
+# Code a region runs ----------------------------------------------------------------------------
+def _functions_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
                    ) -> Iterator[cst.FunctionDef]:
-    """`forward` and the methods it calls, of each model class a region runs (and of the
-    classes those build); every model class of the file when a model's class is unknown."""
+    """The functions whose whole body runs under autocast: `forward` of each model class a
+    region runs (and of the classes those build; every model class of the file when a model's
+    class is unknown), and the methods and module functions those and the regions call."""
+    functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
+    classes = _model_classes_run(regions, facts, kinds)
+    pending = [f for f in facts.functions
+               if f.name.value == "forward" and facts.function_class.get(f) in classes]
+    for region in regions:
+        for statement in region.statements:
+            pending.extend(_local_callees(statement, functions, {}))
+    done: set[int] = set()
+    while pending:
+        function = pending.pop()
+        if id(function) in done:
+            continue
+        done.add(id(function))
+        yield function
+        cls = facts.function_class.get(function)
+        methods = {f.name.value: f for f in facts.functions
+                   if cls is not None and facts.function_class.get(f) is cls}
+        pending.extend(_local_callees(function.body, functions, methods))
+
+
+def _model_classes_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
+                       ) -> list[cst.ClassDef]:
+    """The model classes of this file whose `forward` a region runs, with the classes they
+    build and derive from."""
     classes = {c.name.value: c for c in facts.classes
                if kinds.kind_of_value(cst.Call(cst.Name(c.name.value))) is Kind.MODEL}
     pending = _classes_called(regions, facts, kinds, classes)
-    done: set[str] = set()
+    done: dict[str, cst.ClassDef] = {}
     while pending:
         name = pending.pop()
         if name in done:
             continue
-        done.add(name)
-        cls = classes[name]
+        cls = done[name] = classes[name]
         pending.extend(dotted(b.value) for b in cls.bases if dotted(b.value) in classes)
         pending.extend(c for c in _classes_built(cls) if c in classes)
-        yield from _reachable_methods(cls, facts)
+    return list(done.values())
+
+
+def _local_callees(node: cst.CSTNode, functions: dict[str, cst.FunctionDef],
+                   methods: dict[str, cst.FunctionDef]) -> Iterator[cst.FunctionDef]:
+    """The module functions (`attention(q, k, v)`) and methods (`self.scores(q, k)`) of this
+    file that `node` calls."""
+    for call in walk(node):
+        if not isinstance(call, cst.Call):
+            continue
+        name = dotted(call.func) or ""
+        callee = methods.get(name.removeprefix("self.")) if name.startswith(
+            "self.") else functions.get(name)
+        if callee is not None:
+            yield callee
 
 
 def _classes_called(regions: list[Region], facts: ModuleFacts, kinds: KindTable,
@@ -278,19 +318,3 @@ def _classes_built(cls: cst.ClassDef) -> Iterator[str]:
             name = dotted(node.func)
             if name is not None:
                 yield name
-
-
-def _reachable_methods(cls: cst.ClassDef, facts: ModuleFacts) -> Iterator[cst.FunctionDef]:
-    methods = {f.name.value: f for f in facts.functions if facts.function_class.get(f) is cls}
-    pending, done = ["forward"], set()
-    while pending:
-        name = pending.pop()
-        method = methods.get(name)
-        if method is None or name in done:
-            continue
-        done.add(name)
-        yield method
-        for node in walk(method.body):
-            if isinstance(node, cst.Call) and (dotted(node.func) or "").startswith("self."):
-                pending.append((dotted(node.func) or "").removeprefix("self."))
-
