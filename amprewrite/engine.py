@@ -6,7 +6,7 @@ import io
 import re
 import tokenize
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
@@ -76,7 +76,8 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
     analysis = analyse(module)
     if analysis.apex or analysis.ray:
         return _migrate(module, source, analysis, options)
-    if options.opt_level == "O0" and analysis.existing_amp is not None:
+    partial_amp = not analysis.amp_in_training.trains and analysis.training.found
+    if options.opt_level == "O0" and analysis.existing_amp is not None and not partial_amp:
         return _revert(module, source, analysis, options)
     if analysis.framework is not None:
         return _framework(module, source, analysis, options)
@@ -86,7 +87,7 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
         ctx = RuleContext(analysis.facts, options, "")
         migrate_cuda_amp(ctx, analysis.deprecated)
         return _then_rewrite(_apply(module, source, ctx), source, options)
-    if analysis.existing_amp is not None:
+    if analysis.existing_amp is not None and not partial_amp:
         return _lint(module, source, analysis, options)
     if options.opt_level == "O0":
         message = "opt level O0 is FP32 training: nothing to change"
@@ -97,6 +98,8 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
                    if findings else
                    "no training step or evaluation forward pass found; file left unchanged")
         return RewriteResult(source, [*findings, Finding("AMP001", 1, 1, message)])
+    if options.dtype is None and analysis.amp_in_training.dtype is not None:
+        options = replace(options, dtype=analysis.amp_in_training.dtype)  # the author's choice
     ctx = plan_rewrite(analysis, options)
     ctx.notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]
     return _apply(module, source, ctx)

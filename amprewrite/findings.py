@@ -72,6 +72,9 @@ CODES: dict[str, Code] = {
     "AMP130": Code(Severity.CHANGE, "binary cross-entropy moved out of autocast",
                    "`nn.BCELoss`/`F.binary_cross_entropy` raise under CUDA autocast; they now run "
                    "after the autocast block on float32 inputs. Prefer `BCEWithLogitsLoss`."),
+    "AMP141": Code(Severity.CHANGE, "fill value float16 cannot hold replaced by the dtype's limit",
+                   "`x.masked_fill(mask, -1e9)` on a float16 tensor raises under CUDA autocast; "
+                   "`torch.finfo(x.dtype).min` is right in every dtype (as transformers does)."),
     "AMP150": Code(Severity.CHANGE, "custom autograd Function decorated for autocast",
                    "`custom_fwd`/`custom_bwd` make backward run with the forward's autocast state "
                    "(float32 inputs where the forward needs them)."),
@@ -155,6 +158,19 @@ CODES: dict[str, Code] = {
     "AMP140": Code(Severity.SKIP, "manual cast to a low-precision dtype",
                    "apex's rule holds: never cast the model or inputs by hand under AMP; remove "
                    "the cast and let autocast pick the precision per operation."),
+    "AMP142": Code(Severity.SKIP, "fill value float16 cannot hold, not rewritten",
+                   "The filled tensor is not a plain name (or torch is not imported by name): "
+                   "assign it to a name and fill with `torch.finfo(name.dtype).min`."),
+    "AMP143": Code(Severity.SKIP, "constant outside float16's range in low-precision code",
+                   "An epsilon below 6.1e-5 vanishes and a bound or factor above 65504 raises or "
+                   "overflows on a float16 tensor: compute it after `.float()` or pick a value "
+                   "float16 holds."),
+    "AMP144": Code(Severity.SKIP, "autocast that covers evaluation only, kept",
+                   "The file trained in FP32 (its autocast runs without gradients only): the "
+                   "training step is rewritten and this region is kept as written."),
+    "AMP145": Code(Severity.SKIP, "apex.amp imported but never called",
+                   "apex (SyncBatchNorm, fused optimizers) does not make a script mixed "
+                   "precision: it is rewritten; remove the unused `amp` import."),
     "AMP260": Code(Severity.SKIP, "model not initialized for O2/O3",
                    "The optimizer's model is unknown or already wrapped by DDP/FSDP: call "
                    "`scaler.initialize(model, optimizer)` by hand, before any wrapping."),

@@ -63,6 +63,7 @@ KEPT_BY_REVERT = {
     "rule_escape_model_method": b"weights[0].detach().cpu().float().numpy()",
     "rule_bce_inline_forward": b"discriminator_out = discriminator(gen_imgs)",
     "rule_bce_inline_backward": b"bce(model_out.float(), y).backward()",
+    "attention_mask_fill": b"torch.finfo(att.dtype).min",  # the fill, right in every dtype
 }
 
 

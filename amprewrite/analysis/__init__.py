@@ -13,8 +13,9 @@ from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
 from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_loaders
 from amprewrite.analysis.escapes import Escapes, find_escapes
 from amprewrite.analysis.evaluation import analyse_evaluation
-from amprewrite.analysis.existing_amp import existing_amp
+from amprewrite.analysis.existing_amp import AmpInTraining, amp_in_training, existing_amp
 from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
+from amprewrite.analysis.float16_constants import Float16Constants, float16_constants
 from amprewrite.analysis.frameworks import (
     PrecisionSwitch,
     framework_owns_precision,
@@ -38,6 +39,7 @@ class ModuleAnalysis:
     facts: ModuleFacts
     kinds: KindTable
     existing_amp: str | None  # the AMP API the module already uses, if any
+    amp_in_training: AmpInTraining  # does training use it (or only evaluation)?
     deprecated: DeprecatedAmp  # torch.cuda.amp / torch.cpu.amp uses to migrate
     apex: ApexAmp  # apex.amp uses to migrate
     ray: RayAmp  # Ray Train's deprecated AMP helpers to migrate
@@ -57,6 +59,7 @@ class ModuleAnalysis:
     sharded: bool  # FSDP: the scaler must be the sharded one
     custom_functions: list[CustomFunction]
     optimizer_builds: list[OptimizerBuild]  # where the stepped optimizers are built
+    float16_constants: Float16Constants  # fills and epsilons float16 cannot hold
 
     @property
     def has_work(self) -> bool:
@@ -69,16 +72,20 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
     amp = existing_amp(facts)
     kinds = KindTable(facts)
     training = analyse_training(facts, kinds)
-    evaluation = analyse_evaluation(facts, kinds, training.regions)
+    amp_training = amp_in_training(facts, training.regions)
+    evaluation = [region for region in analyse_evaluation(facts, kinds, training.regions)
+                  if not amp_training.covers(region, facts)]
     training_functions = {site.function for site in training.backwards}
     training_regions = split_unsafe_losses(training.regions, facts, kinds)
     evaluation_regions = split_unsafe_losses(evaluation, facts, kinds)
+    apex = apex_amp(facts)
     return ModuleAnalysis(
         facts=facts,
         kinds=kinds,
         existing_amp=amp,
+        amp_in_training=amp_training,
         deprecated=deprecated_amp(facts),
-        apex=apex_amp(facts),
+        apex=apex,
         ray=ray_amp(facts),
         trainer_apis=trainer_apis(facts, kinds),
         entry=entry_point(facts),
@@ -98,8 +105,11 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         checkpoints=analyse_checkpoints(facts, kinds),
         schedulers=schedulers_after_steps(facts, kinds, training.updates_after,
                                           training.steps),
-        hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions)],
+        hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions),
+                 *amp_training.notes, *apex.unused_imports],
         sharded=uses_fsdp(facts),
         custom_functions=custom_functions(facts),
         optimizer_builds=optimizer_builds(facts, training.steps),
+        float16_constants=float16_constants(
+            facts, kinds, [*training_regions.regions, *evaluation_regions.regions]),
     )

@@ -6,6 +6,7 @@ amprewrite's runtime, `torch.amp`/`torch.cuda.amp` or FSDP's `ShardedGradScaler`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -170,9 +171,12 @@ def _autocast_devices(facts: ModuleFacts) -> set[str]:
             keyword = arg.keyword.value if arg.keyword is not None else None
             if (position == 0 and keyword is None) or keyword in ("device", "device_type"):
                 name = dotted(arg.value)
-                if name is not None:
-                    devices.add(name)
+                if name is not None and _AMPREWRITE_DEVICE.fullmatch(name):
+                    devices.add(name)  # the author's own `device` is not ours to delete
     return devices
+
+
+_AMPREWRITE_DEVICE = re.compile(r"(amp|autocast)_device(_\d+)?")  # the plain style's names
 
 
 def _is_amp_import(line: cst.SimpleStatementLine) -> bool:

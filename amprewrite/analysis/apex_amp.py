@@ -8,6 +8,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
+from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.tree import descendants
 
 
@@ -24,8 +25,19 @@ class ApexAmp:
     unsupported: list[cst.Call] = field(default_factory=list)  # amp.* with no native equivalent
     models: dict[str, str] = field(default_factory=dict)  # optimizer -> model code
 
+    @property
+    def unused_imports(self) -> list[Note]:
+        """`from apex import amp` in a script that never calls it: it trains in FP32."""
+        if self:
+            return []
+        return [Note("AMP145", statement, "apex.amp is imported but never called: this script "
+                     "trained in FP32 and is rewritten; the import can go (apex.amp was removed "
+                     "from apex in 2025)") for statement in self.imports]
+
     def __bool__(self) -> bool:
-        return bool(self.imports or self.initialize or self.scale_loss)
+        """apex.amp is called (an import alone, left over, changes nothing: FP32 script)."""
+        return bool(self.initialize or self.scale_loss or self.master_params
+                    or self.state_entries or self.state_statements or self.unsupported)
 
 
 def apex_amp(facts: ModuleFacts) -> ApexAmp:

@@ -26,7 +26,7 @@ def analyse_evaluation(
     for site in facts.calls:
         if not is_model_call(site.call, kinds):
             continue
-        if site.function not in eval_functions and not _under_no_grad(site, facts):
+        if site.function not in eval_functions and not under_no_grad(site, facts):
             continue
         info = facts.statements.get(site.statement)
         if info is None:
@@ -57,7 +57,7 @@ def _loss_end(block: Block, end: int, facts: ModuleFacts, kinds: KindTable) -> i
     return last
 
 
-def _under_no_grad(site: CallSite, facts: ModuleFacts) -> bool:
+def under_no_grad(site: CallSite, facts: ModuleFacts) -> bool:
     for outer in facts.enclosing_statements(site.statement):
         if isinstance(outer, cst.With) and any(
             _is_no_grad(item.item, facts) for item in outer.items

@@ -1,10 +1,22 @@
-"""Detect mixed precision that a module already uses (so the rewrite leaves it alone)."""
+"""Detect mixed precision that a module already uses (so the rewrite leaves it alone).
+
+Using an AMP API is not training with AMP: a script whose only autocast covers evaluation
+(grad-free code) still trains in FP32, and one that imports apex for SyncBatchNorm or its fused
+optimizers (or imports `apex.amp` and never calls it) is an FP32 script. Such files are
+rewritten; the author's evaluation autocast is kept as written.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import libcst as cst
 
-from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.evaluation import under_no_grad
+from amprewrite.analysis.facts import CallSite, ModuleFacts
+from amprewrite.analysis.names import dotted, walk
+from amprewrite.analysis.statements import is_backward_call, is_step_call
+from amprewrite.analysis.training_step import Note, Region
 
 _AMP_MODULES = (
     "torch.amp",
@@ -15,6 +27,11 @@ _AMP_MODULES = (
     "amprewrite_runtime",
 )
 _AMP_NAMES = frozenset({"torch.autocast", "torch.GradScaler", "apex.amp"})
+_AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
+                        "torch.cpu.amp.autocast", "torch.amp.autocast_mode.autocast",
+                        "amprewrite_runtime.autocast"})
+_LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
+_EVALUATION_WORDS = ("eval", "valid", "test", "predict", "infer", "generate", "sample")
 
 
 def _is_amp(qualified: str) -> bool:
@@ -36,4 +53,84 @@ def existing_amp(facts: ModuleFacts) -> str | None:
         resolved = facts.imports.resolve(expression)
         if resolved is not None and _is_amp(resolved):
             return resolved
+    return None
+
+
+@dataclass
+class AmpInTraining:
+    """Whether training already runs mixed precision, and the autocasts that cover
+    evaluation only (kept as written when the training step is rewritten)."""
+
+    trains: bool = False  # a grad scaler, an apex.amp call, or a training autocast
+    evaluation_autocasts: list[CallSite] = field(default_factory=list)
+    dtype: str | None = None  # the low-precision dtype they all name, if they agree on one
+
+    def covers(self, region: Region, facts: ModuleFacts) -> bool:
+        """The region already runs under one of the evaluation autocasts."""
+        owners = {id(site.statement) for site in self.evaluation_autocasts}
+        return any(id(outer) in owners for outer in
+                   facts.enclosing_statements(region.block.body[region.start])[1:])
+
+    @property
+    def notes(self) -> list[Note]:
+        return [Note("AMP144", site.call, "this autocast covers evaluation only: the training "
+                     "step ran in FP32 and is rewritten; this region is kept as written")
+                for site in self.evaluation_autocasts]
+
+
+def amp_in_training(facts: ModuleFacts, training_regions: list[Region]) -> AmpInTraining:
+    found = AmpInTraining()
+    in_training = {id(s) for region in training_regions for s in region.statements}
+    dtypes = set()
+    for site in facts.calls:
+        resolved = facts.imports.resolve(site.call.func) or ""
+        scaler = resolved.rsplit(".", 1)[-1] in ("GradScaler", "ShardedGradScaler") and (
+            resolved.startswith(("torch.", "amprewrite_runtime.")))
+        if scaler or resolved.startswith(("apex.amp.", "apex.fp16_utils.")):
+            found.trains = True
+        elif resolved in _AUTOCASTS:
+            if _grad_free(site, facts, in_training):
+                found.evaluation_autocasts.append(site)
+                dtypes.add(_dtype_of(site.call, facts))
+            else:
+                found.trains = True
+    found.dtype = dtypes.pop() if len(dtypes) == 1 else None
+    return found
+
+
+def _grad_free(site: CallSite, facts: ModuleFacts, in_training: set[int]) -> bool:
+    """The autocast is a `with` item or a decorator whose code runs without gradients: under
+    no_grad / inference_mode, or in an evaluation function the training step never calls."""
+    statement = site.statement
+    with_item = isinstance(statement, cst.With) and any(
+        item.item is site.call for item in statement.items)
+    if not (with_item or isinstance(statement, cst.FunctionDef)):
+        return False  # `ctx = torch.autocast(...)`, `.__enter__()`: not followed
+    if under_no_grad(site, facts):
+        return True
+    function = site.function
+    return function is not None and _evaluation_function(function, facts, in_training)
+
+
+def _evaluation_function(function: cst.FunctionDef, facts: ModuleFacts,
+                         in_training: set[int]) -> bool:
+    name = function.name.value.lower()
+    calls = [node for node in walk(function.body) if isinstance(node, cst.Call)]
+    if any(is_backward_call(c) or is_step_call(c) for c in calls):
+        return False
+    evaluates = any(word in name for word in _EVALUATION_WORDS) or any(
+        isinstance(c.func, cst.Attribute) and c.func.attr.value == "eval" and not c.args
+        for c in calls)
+    called_in_training = any(
+        (dotted(s.call.func) or "").removeprefix("self.") == function.name.value
+        and any(id(outer) in in_training for outer in facts.enclosing_statements(s.statement))
+        for s in facts.calls)
+    return evaluates and not called_in_training
+
+
+def _dtype_of(call: cst.Call, facts: ModuleFacts) -> str | None:
+    for position, arg in enumerate(call.args):
+        keyword = arg.keyword.value if arg.keyword is not None else None
+        if keyword == "dtype" or (keyword is None and position == 1):
+            return _LOW_DTYPES.get(facts.imports.resolve(arg.value) or "")
     return None

@@ -19,6 +19,7 @@ from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
 from amprewrite.rules.escapes import cast_escapes
+from amprewrite.rules.float16_constants import fit_fills_to_dtype
 from amprewrite.rules.loss_scaling import (
     add_updates,
     add_updates_at,
@@ -58,6 +59,8 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
             float32_inputs(ctx, split.moved_out)
     cast_escapes(ctx, analysis.escapes)
     report_saturation(ctx, analysis.saturating)
+    if not analysis.escapes.stuck:
+        fit_fills_to_dtype(ctx, analysis.float16_constants)
     if style.decorators is not None and analysis.custom_functions:
         decorate_custom_functions(ctx, analysis.custom_functions, style.decorators)
     if needs.scaler:

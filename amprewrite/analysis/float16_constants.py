@@ -1,0 +1,320 @@
+"""Constants that float16 cannot hold, in code that runs under autocast.
+
+Under CUDA autocast a matmul's output is float16, and `scores.masked_fill(mask, -1e9)` on it
+raises "value cannot be converted to type c10::Half without overflow"; `x.clamp(min=1e-8)`
+clamps at zero (1e-8 rounds to 0 in float16) and `log` of it gives -inf. The code searched is
+the statements of the autocast regions and the methods of the file's model classes that a
+region runs (`forward` and the methods it calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts, Statement
+from amprewrite.analysis.forward import is_model_call
+from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.literals import (
+    module_constants,
+    numeric_value,
+    overflows_float16,
+    underflows_float16,
+)
+from amprewrite.analysis.names import dotted, walk
+from amprewrite.analysis.precision import Precision, PrecisionTracker
+from amprewrite.analysis.training_step import Note, Region
+from amprewrite.analysis.tree import descendants
+
+_FILL_METHODS = {"masked_fill": 1, "masked_fill_": 1, "fill_": 0, "new_full": 1}  # value's position
+_FILL_FUNCTIONS = {"masked_fill": 2, "full_like": 1}  # torch.<name>(tensor, ..., value)
+_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_min_", "clamp_max",
+                     "clamp_max_"})
+_SAME_MODEL = frozenset({"to", "cuda", "cpu", "float", "double", "train", "eval"})
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A fill of `tensor` with `value`, a constant float16 cannot hold."""
+
+    value: cst.BaseExpression  # the constant, to replace
+    tensor: cst.BaseExpression  # the tensor whose dtype bounds the fill
+    negative: bool
+    certain: bool  # the tensor is float16 under autocast (not only possibly)
+
+
+@dataclass
+class Float16Constants:
+    fills: list[Fill] = field(default_factory=list)  # to replace by torch.finfo(...).min/max
+    notes: list[Note] = field(default_factory=list)  # risky constants reported, not changed
+
+
+def float16_constants(
+    facts: ModuleFacts, kinds: KindTable, regions: list[Region]
+) -> Float16Constants:
+    found = Float16Constants()
+    if not regions:
+        return found
+    finder = _Finder(facts, kinds, found, module_constants(facts))
+    inside = {id(s) for region in regions for s in region.statements}
+    for function in _functions_of(regions, facts):
+        finder.scan(function, lambda statement: any(
+            id(outer) in inside for outer in facts.enclosing_statements(statement)))
+    for function in _functions_run(regions, facts, kinds):
+        finder.scan(function, lambda statement: True)
+    return found
+
+
+def _functions_of(regions: list[Region], facts: ModuleFacts) -> list[cst.FunctionDef | None]:
+    functions: list[cst.FunctionDef | None] = []
+    for region in regions:
+        if region.statements:
+            function = facts.statements[region.statements[0]].function
+            if function not in functions:
+                functions.append(function)
+    return functions
+
+
+class _Finder:
+    def __init__(self, facts: ModuleFacts, kinds: KindTable, found: Float16Constants,
+                 constants: dict[str, float]) -> None:
+        self.facts = facts
+        self.kinds = kinds
+        self.found = found
+        self.constants = constants
+        self.seen: set[int] = set()
+
+    def scan(self, function: cst.FunctionDef | None, under_autocast: Callable[[Statement], bool]
+             ) -> None:
+        """Check every line of `function` (None: module level) that runs under autocast."""
+        tracker = PrecisionTracker(self.facts, self.kinds)
+        lines = [s for s, info in self.facts.statements.items()
+                 if info.function is function and isinstance(s, cst.SimpleStatementLine)]
+        for line in sorted(lines, key=self.facts.order.__getitem__):
+            autocast = under_autocast(line)
+            if autocast and id(line) not in self.seen:
+                self.seen.add(id(line))
+                self._check(line, tracker)
+            tracker.bind(line, autocast)
+
+    def _value(self, node: cst.BaseExpression) -> float | None:
+        return numeric_value(node, self.constants)
+
+    def _check(self, line: cst.SimpleStatementLine, tracker: PrecisionTracker) -> None:
+        for node in walk(line):
+            if isinstance(node, cst.Call):
+                self._check_call(node, tracker)
+            elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+                target = node.targets[0].target
+                # `scores[mask] = -1e9`; a dict or a list takes subscripts too: float16 only
+                if isinstance(target, cst.Subscript) and tracker.of(
+                        target.value, True) is Precision.LOW:
+                    self._fill(target.value, node.value, tracker)
+            elif isinstance(node, cst.BinaryOperation):
+                self._check_arithmetic(node, tracker)
+
+    def _check_call(self, call: cst.Call, tracker: PrecisionTracker) -> None:
+        func = call.func
+        resolved = self.facts.imports.resolve(func) or ""
+        name = resolved.removeprefix("torch.") if resolved.startswith("torch.") else None
+        if name in _FILL_FUNCTIONS and not _has_keyword(call, "dtype") and call.args:
+            value = _argument(call, _FILL_FUNCTIONS[name], "value")
+            if value is not None:
+                self._fill(call.args[0].value, value, tracker)
+        elif name == "where" and len(call.args) == 3:
+            first, second = call.args[1].value, call.args[2].value
+            if self._value(first) is None:
+                self._fill(first, second, tracker)
+            elif self._value(second) is None:
+                self._fill(second, first, tracker)
+        elif name in ("clamp", "clip") and call.args:
+            self._check_clamp(call, call.args[0].value, tracker, 1)
+        elif name is None and isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method in _FILL_METHODS and not _has_keyword(call, "dtype"):
+                value = _argument(call, _FILL_METHODS[method], "value")
+                if value is not None:
+                    self._fill(func.value, value, tracker)
+            elif method in _CLAMPS:
+                self._check_clamp(call, func.value, tracker, 0)
+
+    def _fill(self, tensor: cst.BaseExpression, value: cst.BaseExpression,
+              tracker: PrecisionTracker) -> None:
+        number = self._value(value)
+        if number is None or not overflows_float16(number):
+            return
+        precision = tracker.of(tensor, True)
+        if precision in (Precision.FLOAT32, Precision.SCALAR):
+            return
+        if _duplicable(tensor):
+            self.found.fills.append(Fill(value, tensor, number < 0, precision is Precision.LOW))
+        else:
+            text = self.facts.module.code_for_node(value)
+            self.found.notes.append(Note("AMP142", value, f"`{text}` does not fit float16 "
+                                         "(largest 65504) and this fill may run in float16 under "
+                                         "autocast; assign the tensor to a name and fill with "
+                                         "`torch.finfo(name.dtype).min`"))
+
+    def _check_clamp(self, call: cst.Call, tensor: cst.BaseExpression,
+                     tracker: PrecisionTracker, first: int) -> None:
+        precision = tracker.of(tensor, True)
+        if precision in (Precision.FLOAT32, Precision.SCALAR):
+            return
+        bounds = [a.value for a in call.args[first:first + 2] if a.keyword is None]
+        bounds += [a.value for a in call.args if a.keyword is not None
+                   and a.keyword.value in ("min", "max")]
+        for bound in bounds:
+            number = self._value(bound)
+            if number is None:
+                continue
+            text = self.facts.module.code_for_node(bound)
+            if overflows_float16(number):
+                self._note(bound, f"clamp bound `{text}` does not fit float16 (largest 65504): "
+                           "the clamp raises on a float16 tensor under autocast; use "
+                           "`torch.finfo(x.dtype).min/.max` or clamp after `.float()`")
+            elif underflows_float16(number) and precision is Precision.LOW:
+                self._note(bound, f"clamp bound `{text}` is below float16's smallest normal "
+                           "(6.1e-5) and this tensor is float16 under autocast: it clamps at "
+                           "(nearly) zero; clamp after `.float()` or use a larger epsilon")
+
+    def _check_arithmetic(self, node: cst.BinaryOperation, tracker: PrecisionTracker) -> None:
+        operator = node.operator
+        if not isinstance(operator, cst.Add | cst.Subtract | cst.Multiply | cst.Divide):
+            return
+        number = self._value(node.right)
+        tensor = node.left
+        if number is None and isinstance(operator, cst.Add | cst.Multiply):
+            number, tensor = self._value(node.left), node.right
+        if number is None or tracker.of(tensor, True) is not Precision.LOW:
+            return
+        text = self.facts.module.code_for_node(node.right if tensor is node.left else node.left)
+        if isinstance(operator, cst.Add | cst.Subtract) and underflows_float16(number):
+            self._note(node, f"`{text}` is below float16's smallest normal (6.1e-5): adding it "
+                       "to a float16 tensor changes nothing (a zero stays zero); add it after "
+                       "`.float()` or use a larger epsilon")
+        elif isinstance(operator, cst.Multiply | cst.Divide) and overflows_float16(number):
+            effect = "overflows to inf" if isinstance(operator, cst.Multiply) else "underflows"
+            self._note(node, f"`{text}` does not fit float16 (largest 65504): the float16 result "
+                       f"{effect}; compute it after `.float()`")
+
+    def _note(self, node: cst.CSTNode, message: str) -> None:
+        self.found.notes.append(Note("AMP143", node, message))
+
+
+def _argument(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return positional[position].value if position < len(positional) else None
+
+
+def _has_keyword(call: cst.Call, keyword: str) -> bool:
+    return any(a.keyword is not None and a.keyword.value == keyword for a in call.args)
+
+
+def _duplicable(node: cst.BaseExpression) -> bool:
+    """An expression cheap and safe to read twice (`scores`, `self.bias`, `attn[:, 0]`)."""
+    if isinstance(node, cst.Subscript):
+        return _duplicable(node.value)
+    return dotted(node) is not None
+
+
+# Code a region runs ----------------------------------------------------------------------------
+def _functions_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
+                   ) -> Iterator[cst.FunctionDef]:
+    """The functions whose whole body runs under autocast: `forward` of each model class a
+    region runs (and of the classes those build; every model class of the file when a model's
+    class is unknown), and the methods and module functions those and the regions call."""
+    functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
+    classes = _model_classes_run(regions, facts, kinds)
+    pending = [f for f in facts.functions
+               if f.name.value == "forward" and facts.function_class.get(f) in classes]
+    for region in regions:
+        for statement in region.statements:
+            pending.extend(_local_callees(statement, functions, {}))
+    done: set[int] = set()
+    while pending:
+        function = pending.pop()
+        if id(function) in done:
+            continue
+        done.add(id(function))
+        yield function
+        cls = facts.function_class.get(function)
+        methods = {f.name.value: f for f in facts.functions
+                   if cls is not None and facts.function_class.get(f) is cls}
+        pending.extend(_local_callees(function.body, functions, methods))
+
+
+def _model_classes_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
+                       ) -> list[cst.ClassDef]:
+    """The model classes of this file whose `forward` a region runs, with the classes they
+    build and derive from."""
+    classes = {c.name.value: c for c in facts.classes
+               if kinds.kind_of_value(cst.Call(cst.Name(c.name.value))) is Kind.MODEL}
+    pending = _classes_called(regions, facts, kinds, classes)
+    done: dict[str, cst.ClassDef] = {}
+    while pending:
+        name = pending.pop()
+        if name in done:
+            continue
+        cls = done[name] = classes[name]
+        pending.extend(dotted(b.value) for b in cls.bases if dotted(b.value) in classes)
+        pending.extend(c for c in _classes_built(cls) if c in classes)
+    return list(done.values())
+
+
+def _local_callees(node: cst.CSTNode, functions: dict[str, cst.FunctionDef],
+                   methods: dict[str, cst.FunctionDef]) -> Iterator[cst.FunctionDef]:
+    """The module functions (`attention(q, k, v)`) and methods (`self.scores(q, k)`) of this
+    file that `node` calls."""
+    for call in walk(node):
+        if not isinstance(call, cst.Call):
+            continue
+        name = dotted(call.func) or ""
+        callee = methods.get(name.removeprefix("self.")) if name.startswith(
+            "self.") else functions.get(name)
+        if callee is not None:
+            yield callee
+
+
+def _classes_called(regions: list[Region], facts: ModuleFacts, kinds: KindTable,
+                    classes: dict[str, cst.ClassDef]) -> list[str]:
+    builders: dict[str, str | None] = {}
+    for binding in facts.bindings:
+        if len(binding.keys) == 1:
+            built = _built_class(binding.value)
+            if built in classes or binding.keys[0] not in builders:
+                builders[binding.keys[0]] = built
+    called: list[str] = []
+    for region in regions:
+        for statement in region.statements:
+            for node in walk(statement):
+                if not (isinstance(node, cst.Call) and is_model_call(node, kinds)):
+                    continue
+                func = node.func
+                key = dotted(func) if kinds.of_expr(func) is Kind.MODEL else dotted(
+                    func.value) if isinstance(func, cst.Attribute) else None
+                built = builders.get(key or "")
+                if built not in classes:
+                    return list(classes)  # a model of unknown class: every class may run
+                called.append(built)
+    return called
+
+
+def _built_class(value: cst.BaseExpression) -> str | None:
+    """`Net` for `Net(...)`, `Net(...).to(device)`."""
+    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+           and value.func.attr.value in _SAME_MODEL):
+        value = value.func.value
+    return dotted(value.func) if isinstance(value, cst.Call) else None
+
+
+def _classes_built(cls: cst.ClassDef) -> Iterator[str]:
+    for node in descendants(cls.body):
+        if isinstance(node, cst.Call):
+            name = dotted(node.func)
+            if name is not None:
+                yield name

@@ -1,0 +1,32 @@
+"""Fill values float16 cannot hold become the tensor's own dtype limit, as transformers does."""
+
+from __future__ import annotations
+
+from amprewrite.analysis.float16_constants import Float16Constants
+from amprewrite.analysis.training_step import Note
+from amprewrite.rules.context import RuleContext
+from amprewrite.rules.imports import torch_name
+from amprewrite.transform import Replace
+
+
+def fit_fills_to_dtype(ctx: RuleContext, found: Float16Constants) -> None:
+    """`scores.masked_fill(mask, -1e9)` -> `scores.masked_fill(mask, torch.finfo(scores.dtype)
+    .min)`: correct in every dtype, where -1e9 raises on a float16 tensor."""
+    ctx.notes.extend(found.notes)
+    torch = torch_name(ctx.facts)
+    for fill in found.fills:
+        code = ctx.facts.module.code_for_node
+        old = code(fill.value)
+        if torch is None:
+            ctx.notes.append(Note("AMP142", fill.value, f"`{old}` does not fit float16 (largest "
+                                  "65504); fill with `torch.finfo(x.dtype).min` (torch is not "
+                                  "imported by name here)"))
+            continue
+        limit = "min" if fill.negative else "max"
+        new = f"{torch}.finfo({code(fill.tensor)}.dtype).{limit}"
+        replacement = ctx.parse_expression(new)
+        ctx.plan.replaces.append(Replace(fill.value, lambda _node, r=replacement: r))
+        where = "is float16" if fill.certain else "may be float16"
+        ctx.notes.append(Note("AMP141", fill.value, f"`{old}` does not fit float16 (largest "
+                              f"65504) and this tensor {where} under autocast: filled with "
+                              f"`{new}` instead"))
