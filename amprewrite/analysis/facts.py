@@ -65,6 +65,7 @@ class ModuleFacts:
     classes: list[cst.ClassDef] = field(default_factory=list)
     loops: list[cst.For | cst.CompFor] = field(default_factory=list)  # `for` statements and clauses
     names: set[str] = field(default_factory=set)
+    bare_names: set[str] = field(default_factory=set)  # names not after a dot (`x`, not `a.x`)
     strings: set[str] = field(default_factory=set)  # values of plain string literals
     order: dict[Statement, int] = field(default_factory=dict)  # pre-order (source) position
     owner: dict[int, Statement] = field(default_factory=dict)  # id(node) -> its statement
@@ -113,6 +114,7 @@ class _Collector:
         self.small_stack: list[cst.BaseSmallStatement] = []
         self.function_stack: list[cst.FunctionDef] = []
         self.class_stack: list[cst.ClassDef | None] = [None]
+        self.attribute_names: set[int] = set()  # id() of the Name after each dot
 
     def walk(self, node: cst.CSTNode) -> None:
         if self.statement_stack:
@@ -197,6 +199,11 @@ class _Collector:
 
     def _visit_Name(self, node: cst.Name) -> None:
         self.facts.names.add(node.value)
+        if id(node) not in self.attribute_names:
+            self.facts.bare_names.add(node.value)
+
+    def _visit_Attribute(self, node: cst.Attribute) -> None:
+        self.attribute_names.add(id(node.attr))
 
     def _visit_SimpleString(self, node: cst.SimpleString) -> None:
         value = node.evaluated_value

@@ -11,12 +11,13 @@ RUNTIME_MODULE = "amprewrite_runtime"
 def runtime_import(facts: ModuleFacts, symbols: list[str]) -> tuple[str, dict[str, str]]:
     """`from amprewrite_runtime import ...` and the local name of each symbol.
 
-    A symbol whose name the module already uses is imported under a fresh alias.
+    A symbol whose name the module already uses as a name of its own (not only after a dot,
+    as in `torch.autocast`) is imported under a fresh alias.
     """
     local: dict[str, str] = {}
     parts = []
     for symbol in symbols:
-        if symbol in facts.names:
+        if symbol in facts.bare_names:
             alias = fresh_name(facts, (f"amp_{symbol.lower()}",))
             local[symbol] = alias
             parts.append(f"{symbol} as {alias}")
