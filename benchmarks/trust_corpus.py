@@ -58,8 +58,8 @@ RECURRENT = re.compile(r"\bnn\.(LSTM|GRU|RNN)\b|\b(LSTM|GRU|RNN)\(")
 class Tolerance:
     """How far the mean of the last losses may be from FP32's: |amp - fp32| <= abs + rel*|fp32|."""
 
-    rel: float = 0.1
-    abs: float = 0.05
+    rel: float = 0.05
+    abs: float = 0.01
     why: str = "bfloat16 keeps ~3 significant digits; 10-30 steps drift a little"
 
 

@@ -23,9 +23,9 @@ class Net(nn.Module):
 
 def make_batch(n):
     y = torch.randint(0, 2, (n,))
-    x = 0.3 * torch.randn(n, 1, 14, 14)
-    x[y == 1, :, :7, :] += 0.8
-    x[y == 0, :, 7:, :] += 0.8
+    x = 0.6 * torch.randn(n, 1, 14, 14)
+    x[y == 1, :, :7, :] += 0.15
+    x[y == 0, :, 7:, :] += 0.15
     return x, y
 
 

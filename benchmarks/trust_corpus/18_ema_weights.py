@@ -28,7 +28,7 @@ def accuracy(model, x, y):
 
 
 torch.manual_seed(0)
-centers = torch.randn(6, 24) * 1.5
+centers = torch.randn(6, 24) * 0.3
 y_all = torch.randint(0, 6, (1200,))
 x_all = centers[y_all] + torch.randn(1200, 24)
 x_train, y_train, x_val, y_val = x_all[:1000], y_all[:1000], x_all[1000:], y_all[1000:]

@@ -16,10 +16,10 @@ torch.manual_seed(0)
 
 def make_images(n, gen):
     y = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
-    x = 0.5 * torch.randn(n, 1, 12, 12, generator=gen)
+    x = 1.0 * torch.randn(n, 1, 12, 12, generator=gen)
     for c in range(NUM_CLASSES):
         r, col = divmod(c, 2)
-        x[y == c, :, r * 6:(r + 1) * 6, col * 6:(col + 1) * 6] += 1.0
+        x[y == c, :, r * 6:(r + 1) * 6, col * 6:(col + 1) * 6] += 0.25
     return x, y
 
 
