@@ -108,6 +108,7 @@ class Verdict:
     detail: str = ""
     final_fp32: float | None = None
     final_amp: float | None = None
+    trace: str = ""  # a crash's last traceback lines (where in the rewritten script, and what)
 
 
 @dataclass
@@ -150,6 +151,14 @@ def last_line(error: str | None) -> str:
     return lines[-1].strip() if lines else "no traceback"
 
 
+def traceback_tail(error: str | None, frames: int = 3) -> str:
+    """The last `frames` frames of a traceback (file, line, code) and the exception line."""
+    lines = [line.rstrip() for line in (error or "").splitlines()
+             if line.strip() and set(line.strip()) != {"^"}]
+    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("File ")]
+    return "\n".join(lines[starts[-frames]:] if len(starts) >= frames else lines[-6:])
+
+
 def tail_mean(losses: Sequence[float]) -> float:
     tail = list(losses[-TAIL:])
     return sum(tail) / len(tail)
@@ -162,8 +171,10 @@ def classify(fp32: ScriptRun, amp: ScriptRun, mode: Mode, changed: bool, explana
     if not changed:
         return Verdict(STAYS_FP32, f"rewrite changed nothing: {why}")
     if not amp.ok:
-        kind = "timed out" if amp.timed_out else last_line(amp.error or amp.stderr)
-        return Verdict(CRASHES, kind)
+        if amp.timed_out:
+            return Verdict(CRASHES, "timed out")
+        error = amp.error or amp.stderr
+        return Verdict(CRASHES, last_line(error), trace=traceback_tail(error))
     if mode.dtype not in amp.train_dtypes:
         return Verdict(STAYS_FP32, f"no {mode.name} training forward seen: {why}")
     if not amp.losses or not fp32.losses:
@@ -256,6 +267,8 @@ def failures(reports: Sequence[ScriptReport]) -> str:
         for mode, v in r.verdicts.items():
             if v.status not in (TRAINS, NOT_JUDGED):
                 out.append(f"- {r.name} [{mode}] {v.status}: {v.detail}")
+                if v.trace:
+                    out.append("    " + v.trace.replace("\n", "\n    "))
     return "\n".join(out)
 
 
