@@ -58,6 +58,10 @@ KEPT_BY_REVERT = {
     "rule_bce_outside_autocast": b"p_real.float()",  # float32 inputs of the unsafe loss
     "rule_setup_then_single_step": b"loss = criterion(prediction, target)",
     "framework_enchanter": b"import torch\n",  # the import the scaler needed
+    # float32 values passed out of autocast: to a gradient penalty, to a distribution
+    "wgan_gp_penalty": b"fake_imgs.data.float()",
+    "reinforce_select_action": b"Categorical(probs.float())",
+    "actor_critic_select_action": b"Categorical(probs.float())",
 }
 
 

@@ -19,6 +19,7 @@ from amprewrite.analysis.frameworks import (
     framework_owns_precision,
     precision_switches,
 )
+from amprewrite.analysis.function_regions import FunctionRegions, place_regions
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
@@ -46,6 +47,9 @@ class ModuleAnalysis:
     switches: list[PrecisionSwitch]  # its constructors, to switch mixed precision on
     training: TrainingSteps
     training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
+    function_regions: FunctionRegions  # regions placed by what called functions do
+    helper_regions: SplitRegions  # inside forward helpers shared with evaluation
+    producer_regions: SplitRegions  # where a model's stored outputs are computed
     evaluation_regions: SplitRegions
     checkpoints: Checkpoints
     schedulers: list[GuardedScheduler]
@@ -65,7 +69,8 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
     amp = existing_amp(facts)
     kinds = KindTable(facts)
     training = analyse_training(facts, kinds)
-    evaluation = analyse_evaluation(facts, kinds, training.regions)
+    placed = place_regions(training, facts, kinds)
+    evaluation = analyse_evaluation(facts, kinds, placed.all_regions)
     training_functions = {site.function for site in training.backwards}
     return ModuleAnalysis(
         facts=facts,
@@ -80,7 +85,10 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         framework=framework_owns_precision(facts),
         switches=precision_switches(facts),
         training=training,
-        training_regions=split_unsafe_losses(training.regions, facts, kinds),
+        training_regions=split_unsafe_losses(placed.regions, facts, kinds),
+        function_regions=placed,
+        helper_regions=split_unsafe_losses(placed.helpers, facts, kinds),
+        producer_regions=split_unsafe_losses(placed.producers, facts, kinds),
         evaluation_regions=split_unsafe_losses(evaluation, facts, kinds),
         checkpoints=analyse_checkpoints(facts, kinds),
         schedulers=schedulers_after_steps(facts, kinds, training.updates_after),

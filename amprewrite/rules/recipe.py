@@ -18,6 +18,7 @@ from amprewrite.rules.autocast import wrap_regions
 from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
+from amprewrite.rules.function_regions import float32_arguments
 from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
 from amprewrite.rules.model_casting import clip_master_weights, initialize_models
 from amprewrite.rules.reproducibility import seed_everything
@@ -33,7 +34,8 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     """Plan the rewrite of a module with training steps, evaluation passes or custom
     autograd Functions."""
     facts, training, checkpoints = analysis.facts, analysis.training, analysis.checkpoints
-    regions = [analysis.training_regions, analysis.evaluation_regions]
+    regions = [analysis.training_regions, analysis.evaluation_regions,
+               analysis.helper_regions, analysis.producer_regions]
     needs = Needs(
         scaler=training.found and not (options.plain and options.dtype == "bfloat16"),
         autocast=any(split.regions for split in regions),
@@ -46,9 +48,13 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     for split, code, what in (
         (analysis.training_regions, "AMP101", "forward pass and loss"),
         (analysis.evaluation_regions, "AMP106", "evaluation forward pass"),
+        (analysis.helper_regions, "AMP107", "forward pass and loss of a helper that training "
+         "shares with other callers"),
+        (analysis.producer_regions, "AMP108", "forward pass whose outputs a later loss reads"),
     ):
         wrap_regions(ctx, split.regions, code, what)
         float32_inputs(ctx, split.moved_out, split.inline)
+    float32_arguments(ctx, analysis.function_regions)
     if style.decorators is not None and analysis.custom_functions:
         decorate_custom_functions(ctx, analysis.custom_functions, style.decorators)
     if needs.scaler:
