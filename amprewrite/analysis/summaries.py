@@ -15,9 +15,8 @@ import libcst as cst
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.forward import is_loss_call, is_model_call
 from amprewrite.analysis.kinds import Kind, KindTable
-from amprewrite.analysis.names import dotted, receiver_key
+from amprewrite.analysis.names import dotted, receiver_key, walk
 from amprewrite.analysis.statements import calls_in, is_backward_call, is_data_call, is_step_call
-from amprewrite.analysis.unscaling import reads_grad
 
 _DEPTH = 4  # call levels followed through local functions
 _AUTOGRAD = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
@@ -86,7 +85,7 @@ class Summaries:
     # Direct effects ---------------------------------------------------------------------------
     def _direct(self, function: cst.FunctionDef) -> Summary:
         summary = self.of_node_direct(function.body, function)
-        return replace(summary, reads_grad=reads_grad(function.body))
+        return replace(summary, reads_grad=_reads_grad(function.body))
 
     def of_node_direct(self, node: cst.CSTNode, function: cst.FunctionDef | None) -> Summary:
         return _union([self._own(call, function) for call in calls_in(node)])
@@ -117,6 +116,13 @@ class Summaries:
         found = {self.callee(call, function) for call in calls_in(function.body)}
         found.discard(None)
         return found  # type: ignore[return-value]
+
+
+def _reads_grad(node: cst.CSTNode) -> bool:
+    """`x.grad` read anywhere in `node` (a call of `torch.autograd.grad` is not a read)."""
+    called = {id(n.func) for n in walk(node) if isinstance(n, cst.Call)}
+    return any(isinstance(n, cst.Attribute) and n.attr.value == "grad" and id(n) not in called
+               for n in walk(node))
 
 
 def _union(summaries: list[Summary]) -> Summary:
