@@ -25,7 +25,7 @@ from amprewrite.analysis.forward import computes
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import bound_keys, iter_keys, walk
 from amprewrite.analysis.statements import calls_in
-from amprewrite.analysis.summaries import Summaries
+from amprewrite.analysis.summaries import Summaries, is_autograd_call
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps, region_before
 
 _NESTED_BLOCKS = (cst.For, cst.While, cst.With, cst.If)
@@ -135,9 +135,10 @@ class _Cutter:
     ) -> list[Region]:
         pieces: list[Region] = []
         run_start = start
+        excluded = self._excluded_between(block, start, end)
         for index in range(start, end + 1):
             statement = block.body[index]
-            if not self._excluded(statement):
+            if index not in excluded:
                 self._track_low(statement, low)
                 continue
             pieces.extend(self._kept(block, run_start, index - 1, None))
@@ -150,6 +151,21 @@ class _Cutter:
         hoist = region.hoist if block is region.block and end == region.end else None
         pieces.extend(self._kept(block, run_start, end, hoist))
         return pieces
+
+    def _excluded_between(self, block: Block, start: int, end: int) -> set[int]:
+        """Positions left out of the region; an inline `torch.autograd.grad` takes what it
+        differentiates with it (its graph must be float32 like its unscaled gradients)."""
+        excluded = {i for i in range(start, end + 1) if self._excluded(block.body[i])}
+        for index in sorted(excluded, reverse=True):
+            statement = block.body[index]
+            if not any(is_autograd_call(c, self.facts) for c in calls_in(statement)):
+                continue
+            needed = set(iter_keys(statement))
+            for earlier in range(index - 1, start - 1, -1):
+                if bound_keys(block.body[earlier]) & needed:
+                    excluded.add(earlier)
+                    needed |= set(iter_keys(block.body[earlier]))
+        return excluded
 
     def _excluded(self, statement: Statement) -> bool:
         """Runs a backward, or gets its forward from a helper with its own region."""
@@ -193,12 +209,14 @@ class _Cutter:
         function = self.facts.statements[statement].function
         for call in calls_in(statement):
             summary = self.summaries.of_call(call, function)
-            if summary.backward and self.summaries.callee(call, function) is not None:
+            if summary.backward:
                 name = self.facts.module.code_for_node(call.func)
+                local = self.summaries.callee(call, function) is not None
                 self.result.notes.append(Note(
                     "AMP220", call, f"`{name}(...)` runs its own backward pass: kept out of "
-                    "autocast, it runs in float32"))
-            if summary.backward or summary.forward:
+                    "autocast, it runs in float32" if local else f"`{name}(...)` runs a "
+                    "backward pass: kept out of autocast, its gradients are not loss-scaled"))
+            if (summary.backward or summary.forward) and not is_autograd_call(call, self.facts):
                 for arg in call.args:
                     if set(iter_keys(arg.value)) & low:
                         self.result.casts.append(arg.value)

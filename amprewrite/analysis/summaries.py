@@ -95,7 +95,7 @@ class Summaries:
         return Summary(
             forward=self._is_forward(call, function, resolved),
             loss=is_loss_call(call, self.facts, self.kinds),
-            backward=is_backward_call(call) or resolved in _AUTOGRAD,
+            backward=is_backward_call(call) or is_autograd_call(call, self.facts),
             steps=is_step_call(call) and self.kinds.of(
                 receiver_key(call.func.value)  # type: ignore[attr-defined]
             ) is not Kind.SCHEDULER,
@@ -116,6 +116,11 @@ class Summaries:
         found = {self.callee(call, function) for call in calls_in(function.body)}
         found.discard(None)
         return found  # type: ignore[return-value]
+
+
+def is_autograd_call(call: cst.Call, facts: ModuleFacts) -> bool:
+    """`torch.autograd.grad(...)` / `torch.autograd.backward(...)`."""
+    return facts.imports.resolve(call.func) in _AUTOGRAD
 
 
 def _reads_grad(node: cst.CSTNode) -> bool:
