@@ -11,6 +11,8 @@ ran under autocast and which stayed float32.
   backward is not loss-scaled;
 * a forward-and-loss helper shared by training and evaluation (called in a generator
   expression and in a lambda) runs in low precision on every use;
+* an inline `torch.autograd.grad` (an R1 penalty) takes the forward it differentiates out of
+  the region with it;
 * REINFORCE / actor-critic: the policy's forward in `select_action` runs in low precision,
   and `Categorical` gets float32 probabilities (its simplex check fails on bfloat16/float16
   ones for four actions).
@@ -162,4 +164,18 @@ def test_shared_forward_helper_runs_in_low_precision_in_training_and_evaluation(
     val = [float(v) for v in re.findall(VAL, amp.stdout)]
     assert len(val) == len(val32) == 3
     assert val[-1] == pytest.approx(val32[-1], rel=0.05)
+    assert _mean(amp.losses[-20:]) == pytest.approx(_mean(fp32.losses[-20:]), rel=0.05)
+
+
+# 7. R1 penalty inline: `torch.autograd.grad(D(real).sum(), real, create_graph=True)` leaves
+# the region with D(real); G(z), D(fake), G(z) and D(G(z)) stay in it (2 Linear layers each).
+R1 = "r1_penalty_inline"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_inline_autograd_grad_and_what_it_differentiates_run_in_float32(dtype: str) -> None:
+    fp32 = _fp32(R1)
+    amp, low = _amp(R1, dtype)
+    assert _train(amp, FLOAT32) == 40 * 2
+    assert _train(amp, low) == 40 * 4 * 2
     assert _mean(amp.losses[-20:]) == pytest.approx(_mean(fp32.losses[-20:]), rel=0.05)
