@@ -53,6 +53,17 @@ CODES: dict[str, Code] = {
                    "`scaler.update()` runs once per iteration, after the last optimizer step."),
     "AMP106": Code(Severity.CHANGE, "evaluation forward pass wrapped in autocast",
                    "Inference runs in the low-precision dtype as well."),
+    "AMP107": Code(Severity.CHANGE, "autocast inside a forward helper shared with evaluation",
+                   "A helper computing the forward pass and loss for training and for other "
+                   "callers (evaluation, generator expressions, lambdas) runs them under "
+                   "autocast itself, so every use does; its callers are not wrapped again."),
+    "AMP108": Code(Severity.CHANGE, "autocast where stored outputs are computed",
+                   "A loss built from values another function stored (`select_action` appending "
+                   "log-probabilities) gets its region around that function's forward pass, "
+                   "not around the arithmetic before the loss."),
+    "AMP109": Code(Severity.CHANGE, "low-precision value cast to float32 where it leaves autocast",
+                   "Passed to code that runs outside autocast (a function running its own "
+                   "backward) or that needs float32 (`torch.distributions` argument checks)."),
     "AMP110": Code(Severity.CHANGE, "gradients unscaled before clipping or reading them",
                    "`scaler.unscale_(optimizer)` runs once per step, before the first code "
                    "between backward and step that clips or reads `.grad`."),
@@ -189,6 +200,10 @@ CODES: dict[str, Code] = {
     "AMP212": Code(Severity.SKIP, "optimizer bound only on some paths",
                    "The stepped optimizer is created inside a branch; the scaler calls would "
                    "name it where it may not exist. Create it on every path."),
+    "AMP220": Code(Severity.SKIP, "function running its own backward kept out of autocast",
+                   "An attack (FGSM/PGD), gradient penalty or meta-learning inner loop calls "
+                   "`.backward()` or `torch.autograd.grad` itself: the region is cut around the "
+                   "call, which runs in float32 with unscaled gradients."),
     # AMP mistakes in code that already uses AMP (fixed by a normal run where marked).
     "AMP601": Code(Severity.LINT, "optimizer step bypasses the grad scaler",
                    "Fixed: `scaler.step(optimizer)`, so inf/NaN steps are skipped and gradients "

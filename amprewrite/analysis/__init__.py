@@ -21,6 +21,7 @@ from amprewrite.analysis.frameworks import (
     framework_owns_precision,
     precision_switches,
 )
+from amprewrite.analysis.function_regions import FunctionRegions, place_regions
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
@@ -50,6 +51,9 @@ class ModuleAnalysis:
     switches: list[PrecisionSwitch]  # its constructors, to switch mixed precision on
     training: TrainingSteps
     training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
+    function_regions: FunctionRegions  # regions placed by what called functions do
+    helper_regions: SplitRegions  # inside forward helpers shared with evaluation
+    producer_regions: SplitRegions  # where a model's stored outputs are computed
     evaluation_regions: SplitRegions
     escapes: Escapes  # low-precision values reaching float32 uses after their region
     saturating: list[SaturatingInput]  # sigmoid probabilities fed to BCE under autocast
@@ -72,12 +76,16 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
     amp = existing_amp(facts)
     kinds = KindTable(facts)
     training = analyse_training(facts, kinds)
-    amp_training = amp_in_training(facts, training.regions)
-    evaluation = [region for region in analyse_evaluation(facts, kinds, training.regions)
+    placed = place_regions(training, facts, kinds)
+    amp_training = amp_in_training(facts, placed.all_regions)
+    evaluation = [region for region in analyse_evaluation(facts, kinds, placed.all_regions)
                   if not amp_training.covers(region, facts)]
     training_functions = {site.function for site in training.backwards}
-    training_regions = split_unsafe_losses(training.regions, facts, kinds)
+    training_regions = split_unsafe_losses(placed.regions, facts, kinds)
+    helper_regions = split_unsafe_losses(placed.helpers, facts, kinds)
+    producer_regions = split_unsafe_losses(placed.producers, facts, kinds)
     evaluation_regions = split_unsafe_losses(evaluation, facts, kinds)
+    splits = [training_regions, helper_regions, producer_regions, evaluation_regions]
     apex = apex_amp(facts)
     return ModuleAnalysis(
         facts=facts,
@@ -94,14 +102,14 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         switches=precision_switches(facts),
         training=training,
         training_regions=training_regions,
+        function_regions=placed,
+        helper_regions=helper_regions,
+        producer_regions=producer_regions,
         evaluation_regions=evaluation_regions,
-        escapes=find_escapes(facts, kinds, [*training_regions.regions,
-                                            *evaluation_regions.regions],
-                             [*training_regions.float32_inputs,
-                              *evaluation_regions.float32_inputs],
-                             [*training_regions.forwards, *evaluation_regions.forwards]),
-        saturating=saturating_inputs(
-            [*training_regions.moved_out, *evaluation_regions.moved_out], facts),
+        escapes=find_escapes(facts, kinds, [r for s in splits for r in s.regions],
+                             [*placed.casts, *(n for s in splits for n in s.float32_inputs)],
+                             [n for s in splits for n in s.forwards]),
+        saturating=saturating_inputs([m for s in splits for m in s.moved_out], facts),
         checkpoints=analyse_checkpoints(facts, kinds),
         schedulers=schedulers_after_steps(facts, kinds, training.updates_after,
                                           training.steps),
@@ -110,6 +118,5 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         sharded=uses_fsdp(facts),
         custom_functions=custom_functions(facts),
         optimizer_builds=optimizer_builds(facts, training.steps),
-        float16_constants=float16_constants(
-            facts, kinds, [*training_regions.regions, *evaluation_regions.regions]),
+        float16_constants=float16_constants(facts, kinds, [r for s in splits for r in s.regions]),
     )

@@ -20,6 +20,7 @@ from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
 from amprewrite.rules.escapes import cast_escapes
 from amprewrite.rules.float16_constants import fit_fills_to_dtype
+from amprewrite.rules.function_regions import float32_arguments
 from amprewrite.rules.loss_scaling import (
     add_updates,
     add_updates_at,
@@ -40,7 +41,8 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     """Plan the rewrite of a module with training steps, evaluation passes or custom
     autograd Functions."""
     facts, training, checkpoints = analysis.facts, analysis.training, analysis.checkpoints
-    regions = [analysis.training_regions, analysis.evaluation_regions]
+    regions = [analysis.training_regions, analysis.evaluation_regions,
+               analysis.helper_regions, analysis.producer_regions]
     needs = Needs(
         scaler=training.found and not (options.plain and options.dtype == "bfloat16"),
         autocast=any(split.autocasts for split in regions) and not analysis.escapes.stuck,
@@ -53,14 +55,18 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     for split, code, what in (
         (analysis.training_regions, "AMP101", "forward pass and loss"),
         (analysis.evaluation_regions, "AMP106", "evaluation forward pass"),
+        (analysis.helper_regions, "AMP107", "forward pass and loss of a helper that training "
+         "shares with other callers"),
+        (analysis.producer_regions, "AMP108", "forward pass whose outputs a later loss reads"),
     ):
         if not analysis.escapes.stuck:
             wrap_regions(ctx, split.regions, code, what)
             float32_inputs(ctx, split.moved_out)
+    if not analysis.escapes.stuck:
+        float32_arguments(ctx, analysis.function_regions)
+        fit_fills_to_dtype(ctx, analysis.float16_constants)
     cast_escapes(ctx, analysis.escapes)
     report_saturation(ctx, analysis.saturating)
-    if not analysis.escapes.stuck:
-        fit_fills_to_dtype(ctx, analysis.float16_constants)
     if style.decorators is not None and analysis.custom_functions:
         decorate_custom_functions(ctx, analysis.custom_functions, style.decorators)
     if needs.scaler:
