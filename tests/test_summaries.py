@@ -7,6 +7,7 @@ import libcst as cst
 from amprewrite.analysis.facts import collect
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.summaries import Summaries, Summary
+from amprewrite.analysis.unscaling import reads_grad
 
 SOURCE = '''\
 import torch
@@ -87,3 +88,11 @@ def test_a_statement_summary_includes_its_callees() -> None:
     line = caller.body.body[0]
     assert summaries.of_node(line, caller).backward
     assert summaries.callee(line.body[0].value, caller) is functions["fgsm"]  # type: ignore[attr-defined]
+
+
+def test_autograd_grad_is_not_a_read_of_grad() -> None:
+    """`torch.autograd.grad(...)` computes gradients; only `x.grad` reads them (a helper
+    calling both must still count as a training step)."""
+    assert not reads_grad(cst.parse_module("g, = torch.autograd.grad(out.sum(), x)\n"))
+    assert not reads_grad(cst.parse_module("g = autograd.grad(out, x)[0]\n"))
+    assert reads_grad(cst.parse_module("norm = p.grad.norm()\n"))

@@ -86,5 +86,7 @@ def _is_clip(call: cst.Call) -> bool:
 
 
 def reads_grad(node: cst.CSTNode) -> bool:
+    """`x.grad` somewhere in `node` (`torch.autograd.grad(...)` is a function, not a read)."""
     return any(isinstance(child, cst.Attribute) and child.attr.value == "grad"
+               and not (dotted(child.value) or "").endswith("autograd")
                for child in walk(node))
