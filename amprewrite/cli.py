@@ -154,17 +154,20 @@ def _print_hints(ctx: click.Context, outcomes: list[FileOutcome], check_only: bo
     hint = None if check_only else runtime_hint(outcomes, would)
     if hint is not None:
         click.echo(hint, err=True)
-    if would and any(outcome.status is Status.CHANGED for outcome in outcomes):
-        click.echo(apply_hint(_applying_command(ctx)), err=True)
+    changed = [outcome.path for outcome in outcomes if outcome.status is Status.CHANGED]
+    if would and changed:
+        click.echo(apply_hint(_applying_command(ctx, changed)), err=True)
 
 
+_FILES_NAMED = 5  # at most, in the command that applies the changes, unless named so
 _NOT_APPLYING = frozenset({"check", "show_diff", "exit_zero", "select", "ignore", "jobs",
                            "output_format", "quiet", "verbose"})
 
 
-def _applying_command(ctx: click.Context) -> str:
+def _applying_command(ctx: click.Context, changed: list[str]) -> str:
     """This run's command line without --check, --diff and the options that only change the
-    report (-v, --jobs, ...): the run that writes the changes."""
+    report (-v, --jobs, ...): the run that writes the changes. It names the files that would
+    change when they are few (pre-commit names every staged file), else this run's paths."""
     words = ["amprewrite"]
     for parameter in ctx.command.params:
         source = ctx.get_parameter_source(parameter.name)
@@ -178,7 +181,9 @@ def _applying_command(ctx: click.Context) -> str:
             words.append(max(names, key=len))
         else:
             words += [max(parameter.opts, key=len), str(value)]
-    words += ctx.params["paths"]
+    paths = ctx.params["paths"]
+    few = len(changed) <= max(len(paths), _FILES_NAMED)
+    words += changed if few and STDIN not in paths else paths
     return shlex.join(words)
 
 

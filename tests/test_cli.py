@@ -431,7 +431,7 @@ def test_verbose_adds_notes_and_each_file_status(tmp_path: Path, fake_engine: No
         f"{n}: would be left unchanged",
         f"{s}:2:1: AMP201 backward without an optimizer step",
         f"{s}: would be left unchanged",
-        f"to apply these changes: amprewrite {tmp_path}",
+        f"to apply these changes: amprewrite {c}",  # the file that would change
         "1 file would be rewritten, 2 files would be left unchanged, 1 file failed",
     ]
 

@@ -1,0 +1,172 @@
+"""What a newcomer meets first: error positions, config typos, excludes under pre-commit, the
+wording of --check/--diff and the hints at the end of a run (issue 17)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from amprewrite.cli import main
+from amprewrite.findings import CODES, Severity
+from amprewrite.report import IF_NOT_CONJUGATED, conditional
+from tests.test_cli import TRAINING
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+RUNTIME_HINT = "pip install 'amprewrite[runtime]'"
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / ".git").mkdir()
+    for relative in ("train.py", "legacy/old_train.py"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_bytes(TRAINING)
+    (tmp_path / "pyproject.toml").write_text('[tool.amprewrite]\nexclude = "/legacy/"\n')
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("source", "position", "reason"), [
+    (b"import torch\nx = 1\ny = (1,\nz = 2\n", "3:5", "'(' was never closed"),
+    (b"import torch\nif x:\npass\n", "3:1", "expected an indented block after 'if' statement"),
+    (b"import torch\nprint 'x'\n", "2:1", "Missing parentheses in call to 'print'"),
+])
+def test_syntax_errors_are_reported_where_and_why_python_does(
+    tmp_path: Path, source: bytes, position: str, reason: str
+) -> None:
+    path = tmp_path / "broken.py"
+    path.write_bytes(source)
+    code, _, err = _run(str(path))
+    assert code == 123
+    assert f"{path}:{position}: AMP003 cannot parse: {reason}" in err
+
+
+@pytest.mark.parametrize(("key", "suggestion"), [
+    ("opt_level", "opt-level"), ("extend_exclude", "extend-exclude"), ("dtyp", "dtype"),
+    ("Force-Exclude", "force-exclude"),
+])
+def test_an_unknown_config_key_gets_a_did_you_mean(
+    project: Path, key: str, suggestion: str
+) -> None:
+    (project / "pyproject.toml").write_text(f'[tool.amprewrite]\n{key} = "O2"\n')
+    code, _, err = _run("train.py")
+    assert code == 2 and f"unknown key {key!r}" in err
+    assert f"did you mean {suggestion!r}?" in err
+
+
+def test_an_unknown_config_key_far_from_any_lists_the_known_ones(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.amprewrite]\ncolour = "red"\n')
+    code, _, err = _run("train.py")
+    assert code == 2 and "did you mean" not in err and "known: dtype, exclude" in err
+
+
+def test_force_exclude_applies_the_excludes_to_named_files(project: Path) -> None:
+    code, _, err = _run("--check", "legacy/old_train.py")  # named: processed, as before
+    assert code == 1 and "legacy/old_train.py" in err
+    code, _, err = _run("--check", "--force-exclude", "train.py", "legacy/old_train.py")
+    assert code == 1 and "legacy/old_train.py:" not in err and "train.py:" in err
+    code, _, err = _run("--check", "--force-exclude", "legacy/old_train.py")
+    assert code == 0 and "no Python files to process: all excluded (1 path matched" in err
+    assert (project / "legacy" / "old_train.py").read_bytes() == TRAINING
+
+
+def test_force_exclude_can_be_set_in_the_config(project: Path) -> None:
+    (project / "pyproject.toml").write_text('[tool.amprewrite]\nexclude = "/legacy/"\n'
+                                            "force-exclude = true\n")
+    assert _run("--check", "legacy/old_train.py")[0] == 0
+
+
+def test_a_directory_whose_files_are_all_excluded_says_so(project: Path) -> None:
+    (project / "train.py").unlink()
+    code, _, err = _run(".")
+    assert code == 0 and err == ("no Python files to process: all excluded (1 path matched "
+                                 "exclude, extend-exclude or .gitignore); nothing to do\n")
+    (project / "notes").mkdir()
+    (project / "notes" / "a.py").write_bytes(TRAINING)
+    (project / "notes" / "b.py").write_bytes(TRAINING)
+    (project / ".gitignore").write_text("notes/*.py\n")
+    assert "all excluded (3 paths matched" in _run(".")[2]
+    assert _run(str(project / "notes" / "none"))[0] == 2  # missing: still a usage error
+    (project / "empty").mkdir()
+    assert _run("empty")[2] == "no Python files found; nothing to do\n"
+
+
+def test_check_and_diff_use_the_conditional_and_end_with_the_applying_command(
+    project: Path,
+) -> None:
+    code, _, err = _run("--check", "--opt-level", "O2", "-v", "--jobs", "1", "train.py")
+    assert code == 1
+    assert "AMP104 `optimizer.step()` would be routed through `scaler.step(optimizer)`" in err
+    assert "AMP101 forward pass and loss would be wrapped in" in err
+    assert err.splitlines()[-2] == "to apply these changes: amprewrite --opt-level O2 train.py"
+    assert RUNTIME_HINT not in err  # --check is about failing, not about training
+    _, out, err = _run("--diff", "train.py")
+    assert "would be routed through" in err and "+    scaler.step(optimizer)" in out
+    assert "rewritten files would import amprewrite_runtime" in err  # the diff shows it
+    assert err.splitlines()[-2] == "to apply these changes: amprewrite train.py"
+    assert (project / "train.py").read_bytes() == TRAINING
+
+
+def test_a_rewrite_reports_what_was_done_and_the_runtime_it_needs_once(project: Path) -> None:
+    (project / "second.py").write_bytes(TRAINING)
+    code, _, err = _run("train.py", "second.py")
+    assert code == 1
+    assert "AMP104 `optimizer.step()` routed through" in err and "would" not in err
+    assert err.count(RUNTIME_HINT) == 1 and "--plain for torch.amp only" in err
+    assert "to apply" not in err
+    assert RUNTIME_HINT not in _run("train.py")[2]  # nothing rewritten this time
+
+
+@pytest.mark.parametrize("flags", [["--plain"], ["-q"], ["--output-format", "json"]])
+def test_no_runtime_hint_for_plain_quiet_or_machine_output(project: Path, flags: list[str]) -> None:
+    assert "amprewrite[runtime]" not in _run(*flags, "train.py")[2]
+
+
+def test_github_annotations_use_the_conditional_under_check(project: Path) -> None:
+    _, out, _ = _run("--check", "--output-format", "github", "train.py")
+    assert "title=AMP104::`optimizer.step()` would be routed through" in out
+
+
+def _change_messages() -> set[tuple[str, str]]:
+    """Every CHANGE finding's message in the fixtures' expected findings."""
+    messages = set()
+    for path in FIXTURES.glob("*/findings_*.txt"):
+        for line in path.read_text().splitlines():
+            found = re.match(r".*?:\d+:\d+: (AMP\d+) (.*)", line)
+            if found and found[1] in CODES and CODES[found[1]].severity is Severity.CHANGE:
+                messages.add((found[1], found[2]))
+    return messages
+
+
+def test_every_change_message_has_a_conditional_form() -> None:
+    messages = _change_messages()
+    assert len(messages) > 30
+    for code, message in messages:
+        mood = conditional(message)
+        assert mood != message, (code, message)
+        assert "would be deprecated" not in mood and "would be shuffled" not in mood
+
+
+@pytest.mark.parametrize(("message", "expected"), [
+    ("`optimizer.step()` routed through `scaler.step(optimizer)`",
+     "`optimizer.step()` would be routed through `scaler.step(optimizer)`"),
+    ("shuffled DataLoader seeded from `seeding` (`generator=`)",
+     "shuffled DataLoader would be seeded from `seeding` (`generator=`)"),
+    ("deprecated `train.torch.backward(loss)` replaced by a scaled `loss.backward()`",
+     "deprecated `train.torch.backward(loss)` would be replaced by a scaled `loss.backward()`"),
+    ("`x.fixed(...)` added", "`x.fixed(...)` would be added"),  # not inside code
+    ("`Accelerator(...)` owns precision: `mixed_precision=1` added (no scaler)",
+     "`Accelerator(...)` owns precision: `mixed_precision=1` would be added (no scaler)"),
+    ("`scaler.initialize(model, optimizer)` casts the model for O2",
+     IF_NOT_CONJUGATED + "`scaler.initialize(model, optimizer)` casts the model for O2"),
+])
+def test_conditional(message: str, expected: str) -> None:
+    assert conditional(message) == expected
