@@ -58,6 +58,7 @@ KEPT_BY_REVERT = {
     "rule_bce_outside_autocast": b"p_real.float()",  # float32 inputs of the unsafe loss
     "rule_setup_then_single_step": b"loss = criterion(prediction, target)",
     "framework_enchanter": b"import torch\n",  # the import the scaler needed
+    "rule_checkpoint": b'    "o": optimizer.state_dict(),\n',  # wrapped for the scaler's entry
 }
 
 

@@ -170,3 +170,33 @@ def test_every_change_message_has_a_conditional_form() -> None:
 ])
 def test_conditional(message: str, expected: str) -> None:
     assert conditional(message) == expected
+
+
+SAVE = """import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    optimizer.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    optimizer.step()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "c.pt")
+"""
+
+
+def test_a_checkpoint_line_made_too_long_is_wrapped_as_the_surrounding_code() -> None:
+    from amprewrite.engine import rewrite_source
+    from amprewrite.options import Options
+
+    rewritten = rewrite_source(SAVE.encode(), Options()).source.decode()
+    assert """    torch.save({
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+    }, "c.pt")
+""" in rewritten
+    assert max(len(line) for line in rewritten.splitlines()) <= 79
+    wide = SAVE + "# " + "x" * 128 + "\n"  # a file whose lines reach 130 columns: not wrapped
+    rewritten = rewrite_source(wide.encode(), Options()).source.decode()
+    assert '"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, "c.pt")' in (
+        rewritten)
