@@ -200,3 +200,67 @@ def test_a_checkpoint_line_made_too_long_is_wrapped_as_the_surrounding_code() ->
     rewritten = rewrite_source(wide.encode(), Options()).source.decode()
     assert '"optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}, "c.pt")' in (
         rewritten)
+
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train.py"
+
+
+def _first_run_session() -> list[list[str]]:
+    """The README's first-run console session, split at each `$ ` command: [command, output...]."""
+    start = README.index("$ cp examples/train.py train.py")
+    block = README[start:README.index("```", start)]
+    sessions: list[list[str]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            sessions.append([line[2:]])
+        else:
+            sessions[-1].append(line)
+    return sessions
+
+
+def test_the_readme_first_run_shows_what_amprewrite_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = _first_run_session()
+    assert [s[0] for s in sessions] == ["cp examples/train.py train.py", "python train.py",
+                                        "amprewrite train.py", "python train.py"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_bytes(EXAMPLE.read_bytes())
+    _, _, err = _run("train.py")
+    assert err.splitlines() == sessions[2][1:]
+
+
+def _losses(lines: list[str]) -> list[tuple[float, float]]:
+    found = [re.search(r"train loss ([\d.]+)  test loss ([\d.]+)", line) for line in lines]
+    return [(float(m[1]), float(m[2])) for m in found if m]
+
+
+@pytest.mark.slow
+def test_the_first_run_example_learns_in_fp32_and_with_amp(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.execution import RUNTIME_DIR
+
+    script = tmp_path / "train.py"
+    script.write_bytes(EXAMPLE.read_bytes())
+    env = {**os.environ, "PYTHONPATH": str(RUNTIME_DIR), "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("AMPREWRITE_DTYPE", None)
+    runs = []
+    for rewrite in (False, True):
+        if rewrite:
+            assert _run(str(script))[0] == 1
+            assert "with autocast():" in script.read_text()
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                              text=True, timeout=300, check=True)
+        runs.append(_losses(done.stdout.splitlines()))
+    shown = [_losses(session) for session in _first_run_session() if session[0] ==
+             "python train.py"]
+    for losses, readme in zip(runs, shown, strict=True):
+        assert len(losses) == 4
+        (first_train, first_test), (last_train, last_test) = losses[0], losses[-1]
+        assert last_train < first_train / 10 and last_test < first_test / 2  # it learns
+        assert first_train == pytest.approx(2.09, abs=0.1)  # from ln(10): nothing learnt yet
+        assert losses == pytest.approx(readme, rel=0.1, abs=0.02)  # the README's real run

@@ -63,9 +63,10 @@ def _too_long(ctx: RuleContext, container: cst.Dict | cst.Call, new: cst.CSTNode
         return False  # a statement over several lines: its layout is the author's
     depth = len(ctx.facts.enclosing_statements(statement)) - 1
     length = depth * len(module.default_indent.expandtabs()) + len(line)
-    added = len(", " + module.code_for_node(new))
-    limit = max(SHORTEST_LIMIT, *(len(text.expandtabs()) for text in module.code.splitlines()))
-    return length + added > limit
+    length += len(", " + module.code_for_node(new))
+    if length <= SHORTEST_LIMIT:
+        return False
+    return length > max(len(text.expandtabs()) for text in module.code.splitlines())
 
 
 def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:
