@@ -142,16 +142,18 @@ def main(
             if show_diff and outcome.status is Status.CHANGED:
                 print_diff(outcome)
         if verbosity is not Verbosity.QUIET:
-            _print_hints(ctx, outcomes, check and not show_diff)
+            _print_hints(ctx, outcomes)
             click.echo(text, err=True)
     sys.exit(exit_code(outcomes, exit_zero))
 
 
-def _print_hints(ctx: click.Context, outcomes: list[FileOutcome], check_only: bool) -> None:
-    """Once per run: the runtime the rewritten files need (not for a --check, which is about
-    failing, not about running), and with --check/--diff the command that applies them."""
-    would = ctx.params["check"] or ctx.params["show_diff"]
-    hint = None if check_only else runtime_hint(outcomes, would)
+def _print_hints(ctx: click.Context, outcomes: list[FileOutcome]) -> None:
+    """Once per run: the runtime the rewritten files need (not for --check alone, which is
+    about failing, not about training), and with --check/--diff the command that applies
+    the changes."""
+    check, diff = ctx.params["check"], ctx.params["show_diff"]
+    would = check or diff
+    hint = None if check and not diff else runtime_hint(outcomes, would)
     if hint is not None:
         click.echo(hint, err=True)
     changed = [outcome.path for outcome in outcomes if outcome.status is Status.CHANGED]

@@ -264,3 +264,13 @@ def test_the_first_run_example_learns_in_fp32_and_with_amp(tmp_path: Path) -> No
         assert last_train < first_train / 10 and last_test < first_test / 2  # it learns
         assert first_train == pytest.approx(2.09, abs=0.1)  # from ln(10): nothing learnt yet
         assert losses == pytest.approx(readme, rel=0.1, abs=0.02)  # the README's real run
+
+
+def test_the_applying_command_names_many_files_by_the_paths_given(project: Path) -> None:
+    for index in range(6):
+        (project / "src" / f"t{index}.py").parent.mkdir(exist_ok=True)
+        (project / "src" / f"t{index}.py").write_bytes(TRAINING)
+    err = _run("--check", "--plain", "src")[2]
+    assert err.splitlines()[-2] == "to apply these changes: amprewrite --plain src"
+    err = _run("--check", "src/t0.py", "src")[2]  # six files: more than five, named by the paths
+    assert err.splitlines()[-2] == "to apply these changes: amprewrite src/t0.py src"
