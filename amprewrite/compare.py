@@ -260,9 +260,9 @@ def device_notes(amp: Run, speedup: float) -> list[str]:
                  "than float32"]
     if speedup < 1 and fast is not None and dtype not in fast:
         lines.append(f"AMP is slower here, as expected: without {units}, {dtype} matrix "
-                     f"products are emulated and cost more than float32 ones. Compare on a "
-                     f"device that has them (AMPREWRITE_DTYPE and AMPREWRITE_DEVICE choose "
-                     "the dtype and device).")
+                     f"products are emulated and cost more than float32 ones. Train on a device "
+                     "that has them, or here in FP32 (AMPREWRITE_OPT_LEVEL=O0 turns AMP off "
+                     "without rewriting).")
     elif speedup < 1 and fast is not None:
         lines.append(f"AMP is slower here although the device computes {dtype} fast: "
                      "in a model this small the casts and the scaler cost more than the "
