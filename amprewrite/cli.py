@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -10,17 +11,19 @@ import click
 
 from amprewrite import __version__
 from amprewrite.config import ConfigError, find_pyproject, read_config
-from amprewrite.discovery import discover
+from amprewrite.discovery import find_targets
 from amprewrite.filters import keep_findings
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
 from amprewrite.output_formats import print_github, print_json
 from amprewrite.parallel import run_files
 from amprewrite.report import (
     Verbosity,
+    apply_hint,
     exit_code,
     print_diff,
     report_findings,
     report_order,
+    runtime_hint,
     summary,
 )
 from amprewrite.runner import FileOutcome, Status, process_source
@@ -56,6 +59,9 @@ STDIN = "-"
                    "config's).")
 @click.option("--extend-exclude", default=None, metavar="REGEX",
               help="More files and directories to leave out, on top of --exclude.")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply the excludes to paths named on the command line too (for "
+                   "pre-commit, which names every staged file).")
 @click.option("--select", default=None, metavar="CODES",
               help="Report only findings whose code starts with one of these (comma-separated).")
 @click.option("--ignore", default=None, metavar="CODES",
@@ -88,6 +94,7 @@ def main(
     stdin_filename: str,
     exclude: str | None,
     extend_exclude: str | None,
+    force_exclude: bool,
     select: str | None,
     ignore: str | None,
     jobs: int | None,
@@ -108,7 +115,7 @@ def main(
     compares losses and speed (see `amprewrite compare --help`; a file named `compare` is
     written `./compare`).
     """
-    settings = _settings(ctx, paths, config_path)
+    settings, root = _settings(ctx, paths, config_path)
     options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
                       settings["keep_batchnorm_fp32"], settings["master_weights"],
                       settings["loss_scale"], reproducible=settings["reproducible"],
@@ -118,23 +125,68 @@ def main(
     write = not (check or show_diff)
     outcomes = [_stdin(stdin_filename, options, write)] if STDIN in paths else []
     excludes = _patterns(settings["exclude"], settings["extend_exclude"])
-    targets = discover([Path(path) for path in paths if path != STDIN], excludes)
-    outcomes.extend(run_files(targets, options, write, jobs, progress=output_format == "text"))
+    found = find_targets([Path(path) for path in paths if path != STDIN], excludes,
+                         root if settings["force_exclude"] else None)
+    outcomes.extend(run_files(found.targets, options, write, jobs,
+                              progress=output_format == "text"))
     codes = _codes(settings["select"]), _codes(settings["ignore"])
     outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
-    text = summary(outcomes, would=not write)
+    text = summary(outcomes, would=not write, excluded=found.excluded)
     if output_format == "json":
         print_json(outcomes, not write, text)
     elif output_format == "github":
-        print_github(outcomes)
+        print_github(outcomes, would=not write)
     else:
         for outcome in outcomes:
             report_findings(outcome, verbosity, would=not write)
             if show_diff and outcome.status is Status.CHANGED:
                 print_diff(outcome)
         if verbosity is not Verbosity.QUIET:
+            _print_hints(ctx, outcomes)
             click.echo(text, err=True)
     sys.exit(exit_code(outcomes, exit_zero))
+
+
+def _print_hints(ctx: click.Context, outcomes: list[FileOutcome]) -> None:
+    """Once per run: the runtime the rewritten files need (not for --check alone, which is
+    about failing, not about training), and with --check/--diff the command that applies
+    the changes."""
+    check, diff = ctx.params["check"], ctx.params["show_diff"]
+    would = check or diff
+    hint = None if check and not diff else runtime_hint(outcomes, would)
+    if hint is not None:
+        click.echo(hint, err=True)
+    changed = [outcome.path for outcome in outcomes if outcome.status is Status.CHANGED]
+    if would and changed:
+        click.echo(apply_hint(_applying_command(ctx, changed)), err=True)
+
+
+_FILES_NAMED = 5  # at most, in the command that applies the changes, unless named so
+_NOT_APPLYING = frozenset({"check", "show_diff", "exit_zero", "select", "ignore", "jobs",
+                           "output_format", "quiet", "verbose"})
+
+
+def _applying_command(ctx: click.Context, changed: list[str]) -> str:
+    """This run's command line without --check, --diff and the options that only change the
+    report (-v, --jobs, ...): the run that writes the changes. It names the files that would
+    change when they are few (pre-commit names every staged file), else this run's paths."""
+    words = ["amprewrite"]
+    for parameter in ctx.command.params:
+        source = ctx.get_parameter_source(parameter.name)
+        if (not isinstance(parameter, click.Option) or parameter.name in _NOT_APPLYING
+                or source is not click.core.ParameterSource.COMMANDLINE):
+            continue
+        value = ctx.params[parameter.name]
+        if parameter.is_flag:
+            names = parameter.opts if value or not parameter.secondary_opts else (
+                parameter.secondary_opts)
+            words.append(max(names, key=len))
+        else:
+            words += [max(parameter.opts, key=len), str(value)]
+    paths = ctx.params["paths"]
+    few = len(changed) <= max(len(paths), _FILES_NAMED)
+    words += changed if few and STDIN not in paths else paths
+    return shlex.join(words)
 
 
 def entry_point() -> None:
@@ -149,12 +201,16 @@ def entry_point() -> None:
 
 
 _CONFIGURABLE = ("opt_level", "dtype", "plain", "keep_batchnorm_fp32", "master_weights",
-                 "loss_scale", "reproducible", "seed", "exclude", "extend_exclude", "select",
-                 "ignore")
+                 "loss_scale", "reproducible", "seed", "exclude", "extend_exclude",
+                 "force_exclude", "select", "ignore")
 
 
-def _settings(ctx: click.Context, paths: tuple[str, ...], config_path: Path | None) -> dict:
-    """Command-line values, with [tool.amprewrite] filling what the command line left out."""
+def _settings(
+    ctx: click.Context, paths: tuple[str, ...], config_path: Path | None
+) -> tuple[dict, Path]:
+    """Command-line values, with [tool.amprewrite] filling what the command line left out,
+    and the project root (the config's directory, else the current one) that --force-exclude
+    matches named paths against."""
     settings = {name: ctx.params[name] for name in _CONFIGURABLE}
     try:
         pyproject = config_path or find_pyproject([Path(p) for p in paths if p != STDIN])
@@ -164,7 +220,7 @@ def _settings(ctx: click.Context, paths: tuple[str, ...], config_path: Path | No
     for name, value in config.items():
         if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
             settings[name] = ",".join(value) if isinstance(value, list) else value
-    return settings
+    return settings, pyproject.parent if pyproject is not None else Path.cwd()
 
 
 def _patterns(*patterns: str | None) -> tuple[re.Pattern[str], ...]:

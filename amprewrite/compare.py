@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import tempfile
@@ -134,7 +135,73 @@ def _read_trace(path: Path, label: str) -> list[dict[str, Any]]:
 
 
 def _shell(command: Sequence[str]) -> str:
-    return " ".join(command)
+    return shlex.join(command)
+
+
+RUNTIME_MODULE = b"amprewrite_runtime"
+
+
+def refuse_before_running(command: Sequence[str]) -> None:
+    """Fail fast, with the fix, on a command that cannot give a trace: a script named as
+    the command (`compare train.py`), or a script that does not use the runtime (not
+    rewritten, or rewritten with --plain), which would otherwise train to the end twice."""
+    program = Path(command[0])
+    if program.is_file() and not os.access(program, os.X_OK):
+        raise CompareError(f"`{command[0]}` is a file, not a command: run it with Python, "
+                           f"`amprewrite compare -- python {_shell(command)}`", 2)
+    script = next((Path(a) for a in command[1:] if a.endswith(".py") and Path(a).is_file()),
+                  None)
+    if script is not None and not _uses_runtime(script):
+        raise CompareError(
+            f"`{script}` does not import amprewrite_runtime (nor does a module of its "
+            "directory that it imports), so neither run would be traced: rewrite it first with "
+            f"`amprewrite {shlex.quote(str(script))}` (not --plain, which uses torch.amp only), "
+            "then compare again", 2)
+
+
+def _uses_runtime(script: Path) -> bool:
+    """Whether the script, or a module next to it that it imports (transitively: a rewritten
+    trainer module), imports the runtime."""
+    pending, seen = [script.resolve()], set()
+    while pending:
+        path = pending.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        source = _read(path)
+        if RUNTIME_MODULE in source:
+            return True
+        pending += _local_imports(source, script.resolve().parent)
+    return False
+
+
+def _local_imports(source: bytes, directory: Path) -> list[Path]:
+    """The files under `directory` of the modules `source` imports (`a.b`: a/b.py,
+    a/b/__init__.py and a/__init__.py)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names]
+    names += [node.module for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and not node.level]
+    files = []
+    for name in names:
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):
+            base = directory.joinpath(*parts[:end])
+            files += [f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()]
+    return files
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def report(fp32: Run, amp: Run) -> str:
@@ -163,9 +230,44 @@ def report(fp32: Run, amp: Run) -> str:
                   f"  max rel    {found.max_rel:.2%} (step {found.max_rel_step})",
                   f"  final rel  {found.final_rel:.2%}"]
     lines.append(f"loss scale history ({amp.label}): {_scale_history(amp)}")
-    lines.append(f"speedup (FP32 median / AMP median step time): "
-                 f"{_ratio(fp32.median_time, amp.median_time):.2f}x")
+    speedup = _ratio(fp32.median_time, amp.median_time)
+    lines.append(f"speedup (FP32 median / AMP median step time): {speedup:.2f}x")
+    lines += device_notes(amp, speedup)
     return "\n".join(lines)
+
+
+# What gives a low-precision dtype fast matrix units, by device type.
+FAST_UNITS = {("cpu", "bfloat16"): "AMX-BF16 or AVX-512 BF16",
+              ("cpu", "float16"): "AMX-FP16 or AVX-512 FP16",
+              ("cuda", "float16"): "tensor cores (compute capability 7.0 or newer)",
+              ("cuda", "bfloat16"): "bfloat16 tensor cores (compute capability 8.0 or newer)"}
+
+
+def device_notes(amp: Run, speedup: float) -> list[str]:
+    """The device the AMP run used and what it offers its dtype; below 1x, why."""
+    record = amp.records[-1]
+    if "device_name" not in record:  # a trace from an older runtime
+        return []
+    device, dtype, fast = record["device"], record["dtype"], record["fast_dtypes"]
+    name = f"device: {record['device_name']} ({device}"
+    units = FAST_UNITS.get((device, dtype), f"fast {dtype} units")
+    if fast is None:
+        lines = [f"{name}): whether it has {units} is unknown"]
+    elif dtype in fast:
+        lines = [f"{name}; {', '.join(record['device_features'])}): fast {dtype} ({units})"]
+    else:
+        lines = [f"{name}): no {units}, so {dtype} is not accelerated and may be slower "
+                 "than float32"]
+    if speedup < 1 and fast is not None and dtype not in fast:
+        lines.append(f"AMP is slower here, as expected: without {units}, {dtype} matrix "
+                     f"products are emulated and cost more than float32 ones. Train on a device "
+                     "that has them, or here in FP32 (AMPREWRITE_OPT_LEVEL=O0 turns AMP off "
+                     "without rewriting).")
+    elif speedup < 1 and fast is not None:
+        lines.append(f"AMP is slower here although the device computes {dtype} fast: "
+                     "in a model this small the casts and the scaler cost more than the "
+                     "smaller matrix products save; wider layers and larger batches gain more.")
+    return lines
 
 
 def _table(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -233,20 +335,39 @@ def _milliseconds(seconds: float) -> str:
     return f"{seconds * 1000:.3g} ms"
 
 
-def plot(path: Path, fp32: Run, amp: Run) -> None:
-    """Both loss curves (top) and the loss scale of both runs (bottom), to `path`."""
+def plot(path: Path, fp32: Run, amp: Run, title: str) -> None:
+    """Both loss curves (top) and the loss scale of both runs (bottom), to `path`, under
+    `title` (the command) and the number of steps."""
     pyplot = _pyplot()
-    figure, (losses, scales) = pyplot.subplots(2, 1, sharex=True, figsize=(8, 6))
+    from matplotlib.ticker import MaxNLocator
+
+    figure, (losses, scales) = pyplot.subplots(2, 1, sharex=True, figsize=(8, 6),
+                                               height_ratios=(5, 2))
+    styles = {fp32.label: {"color": "tab:blue", "linestyle": "-", "marker": "o",
+                           "markersize": 6, "linewidth": 2.5, "zorder": 2},
+              amp.label: {"color": "tab:orange", "linestyle": "--", "marker": "x",
+                          "markersize": 7, "linewidth": 1.5, "zorder": 3}}
     for run in (fp32, amp):
         points = sorted(run.losses.items())
-        losses.plot([s for s, _ in points], [v for _, v in points], label=_legend(run))
+        losses.plot([s for s, _ in points], [v for _, v in points], label=_legend(run),
+                    **styles[run.label])
         scales.plot([r["step"] for r in run.records], [r["scale"] for r in run.records],
-                    label=_legend(run))
+                    label=_legend(run), **styles[run.label])
+    steps = max(len(fp32.records), len(amp.records))
+    import textwrap
+
+    figure.suptitle(f"{textwrap.fill(title, 100)}\n{steps} optimizer steps", fontsize=9)
     losses.set_ylabel("loss")
     losses.legend()
+    losses.grid(alpha=0.3)
     scales.set_ylabel("loss scale")
     scales.set_yscale("log", base=2)
     scales.set_xlabel("optimizer step")
+    scales.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if all(r["scale"] == 1 for r in (*fp32.records, *amp.records)):
+        scales.text(0.5, 0.8, f"no loss scaling: {_no_scaling_reason(amp)}",
+                    transform=scales.transAxes, ha="center", va="center", fontsize=9,
+                    bbox={"facecolor": "white", "edgecolor": "grey", "alpha": 0.9})
     figure.tight_layout()
     try:
         figure.savefig(path)
@@ -254,6 +375,13 @@ def plot(path: Path, fp32: Run, amp: Run) -> None:
         raise CompareError(f"cannot write the plot to {str(path)!r}: {exc.strerror}") from exc
     finally:
         pyplot.close(figure)
+
+
+def _no_scaling_reason(amp: Run) -> str:
+    dtype = amp.setting("dtype")
+    if dtype == "bfloat16":
+        return "bfloat16 has float32's range, so gradients need no scaling (scale 1)"
+    return f"the scale stays 1 ({amp.label} runs in {dtype})"
 
 
 def _legend(run: Run) -> str:
@@ -294,6 +422,7 @@ def compare(steps: int, plot_path: Path | None, command: tuple[str, ...]) -> Non
     """
     if plot_path is not None:
         _pyplot()  # refuse before spending the runs' time
+    refuse_before_running(command)
     inherited = {k: v for k, v in os.environ.items() if k != ENV_OPT_LEVEL}
     runs = []
     for label, extra in (("FP32", {ENV_OPT_LEVEL: "O0"}), ("AMP", {})):
@@ -302,5 +431,5 @@ def compare(steps: int, plot_path: Path | None, command: tuple[str, ...]) -> Non
     fp32, amp = runs
     click.echo(report(fp32, amp))
     if plot_path is not None:
-        plot(plot_path, fp32, amp)
+        plot(plot_path, fp32, amp, f"amprewrite compare --steps {steps} -- {_shell(command)}")
         click.echo(f"plot written to {plot_path}", err=True)

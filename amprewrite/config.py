@@ -6,6 +6,7 @@ The command line wins over the file. Keys use the command line's spelling (`opt-
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 KEYS = {
     "opt-level": str, "dtype": str, "plain": bool, "keep-batchnorm-fp32": bool,
     "master-weights": bool, "loss-scale": (str, int, float), "reproducible": bool, "seed": int,
-    "exclude": str, "extend-exclude": str, "select": list, "ignore": list,
+    "exclude": str, "extend-exclude": str, "force-exclude": bool, "select": list, "ignore": list,
 }
 
 
@@ -43,14 +44,21 @@ def read_config(pyproject: Path) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
-            known = ", ".join(sorted(KEYS))
-            raise ConfigError(f"unknown key {key!r} in [tool.amprewrite] of {pyproject} "
-                              f"(known: {known})")
+            raise ConfigError(f"unknown key {key!r} in [tool.amprewrite] of {pyproject}"
+                              f"{_did_you_mean(key)}")
         if not isinstance(value, KEYS[key]) or (KEYS[key] is int and isinstance(value, bool)):
             raise ConfigError(f"[tool.amprewrite] {key} in {pyproject} has the wrong type "
                               f"({type(value).__name__})")
         settings[key.replace("-", "_")] = str(value) if key == "loss-scale" else value
     return settings
+
+
+def _did_you_mean(key: str) -> str:
+    """`; did you mean 'opt-level'?` (underscores read as dashes), else the known keys."""
+    close = difflib.get_close_matches(key.replace("_", "-").lower(), KEYS, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f" (known: {', '.join(sorted(KEYS))})"
 
 
 def _load(pyproject: Path) -> dict[str, Any]:

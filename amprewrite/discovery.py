@@ -25,25 +25,62 @@ class Target(NamedTuple):
     explicit: bool  # named on the command line, not found by walking a directory
 
 
+class Discovery(NamedTuple):
+    targets: list[Target]
+    excluded: int  # paths left out by `excludes` or `.gitignore` (files and directories)
+
+
 def discover(paths: list[Path], excludes: tuple[re.Pattern[str], ...] = ()) -> list[Target]:
-    """Files to process, in a deterministic order, each once.
+    """Files to process, in a deterministic order, each once (see `find_targets`)."""
+    return find_targets(paths, excludes).targets
+
+
+def find_targets(
+    paths: list[Path],
+    excludes: tuple[re.Pattern[str], ...] = (),
+    force_exclude_root: Path | None = None,
+) -> Discovery:
+    """Files to process, in a deterministic order, each once, and how many paths were left out.
 
     A path named explicitly is processed whatever its suffix; a directory contributes its
     `*.py` files in sorted order, minus what `.gitignore` files and `excludes` (regular
     expressions searched in the `/`-separated path relative to the walked directory, with a
-    leading `/`, as black does) leave out. A file reached twice keeps its first position and
-    counts as explicit if it was ever named explicitly.
+    leading `/`, as black does) leave out. With `force_exclude_root` (`--force-exclude`), the
+    `excludes` also apply to paths named explicitly, relative to that directory (as black and
+    ruff do: pre-commit names every staged file). A file reached twice keeps its first
+    position and counts as explicit if it was ever named explicitly.
     """
     found: dict[Path, Target] = {}
+    excluded = 0
     for path in paths:
+        if force_exclude_root is not None and _forced_out(path, force_exclude_root, excludes):
+            excluded += 1
+            continue
         walked = path.is_dir()
-        for candidate in _walk(path, excludes) if walked else [path]:
+        if walked:
+            candidates, left_out = _walk(path, excludes)
+            excluded += left_out
+        else:
+            candidates = [path]
+        for candidate in candidates:
             key = candidate.resolve()
             if key not in found:
                 found[key] = Target(candidate, not walked)
             elif not walked:
                 found[key] = found[key]._replace(explicit=True)
-    return list(found.values())
+    return Discovery(list(found.values()), excluded)
+
+
+def _forced_out(path: Path, root: Path, excludes: tuple[re.Pattern[str], ...]) -> bool:
+    """Whether an explicitly named path matches `excludes`, taken relative to `root` (or
+    absolute when outside it), with a leading `/` and a trailing one for a directory."""
+    resolved = path.resolve()
+    try:
+        shown = "/" + resolved.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        shown = resolved.as_posix()
+    shown += "/" if path.is_dir() else ""
+    return any(pattern.search(shown) for pattern in excludes)
 
 
 def skipped(directory: Path) -> bool:
@@ -57,8 +94,10 @@ def skipped(directory: Path) -> bool:
     )
 
 
-def _walk(top: Path, excludes: tuple[re.Pattern[str], ...]) -> list[Path]:
+def _walk(top: Path, excludes: tuple[re.Pattern[str], ...]) -> tuple[list[Path], int]:
+    """The `*.py` files under `top`, and how many files and directories were left out."""
     files: list[Path] = []
+    excluded = 0
     ignores: list[tuple[Path, pathspec.PathSpec]] = []
     for root, dirnames, filenames in os.walk(top):  # symlinked directories not followed
         here = Path(root)
@@ -72,11 +111,13 @@ def _walk(top: Path, excludes: tuple[re.Pattern[str], ...]) -> list[Path]:
                 return True
             return any(_ignored(spec, base, path, is_dir) for base, spec in ignores)
 
-        dirnames[:] = sorted(d for d in dirnames
-                             if not skipped(here / d) and not left_out(here / d, True))
-        files.extend(here / name for name in filenames
-                     if name.endswith(".py") and not left_out(here / name, False))
-    return sorted(files)
+        kept = sorted(d for d in dirnames if not skipped(here / d))
+        dirnames[:] = [d for d in kept if not left_out(here / d, True)]
+        python = [here / name for name in filenames if name.endswith(".py")]
+        included = [path for path in python if not left_out(path, False)]
+        files.extend(included)
+        excluded += len(kept) - len(dirnames) + len(python) - len(included)
+    return sorted(files), excluded
 
 
 def _gitignore(lines: list[str]) -> pathspec.PathSpec:

@@ -242,12 +242,33 @@ def _parse(source: bytes) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        where = re.search(r"error at (\d+):(\d+)", exc.message)
-        line, col = (int(where[1]), int(where[2]) + 1) if where else (exc.editor_line, 1)
-        message = "syntax error; amprewrite reads Python 3 source, file left unchanged"
-        raise RewriteError(Finding("AMP003", line, col, message)) from exc
+        raise RewriteError(_syntax_error(source, exc)) from exc
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         raise RewriteError(Finding("AMP004", 1, 1, _UNDECODABLE)) from exc
+
+
+def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> Finding:
+    """AMP003 at the line and column CPython reports, with its message (as black does);
+    libcst's own position only when CPython parses what libcst cannot."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # e.g. SyntaxWarning: invalid escape sequence
+            warnings.simplefilter("ignore")
+            compile(source, "<source>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        return Finding("AMP003", error.lineno or 1, error.offset or 1,
+                       f"cannot parse: {error.msg}; {_LEFT_UNCHANGED}")
+    except ValueError:
+        pass
+    where = re.search(r"error at (\d+):(\d+)", exc.message)
+    line, col = (int(where[1]), int(where[2]) + 1) if where else (exc.editor_line, 1)
+    return Finding("AMP003", line, col, "cannot parse (this Python syntax is not supported "
+                   f"by libcst); {_LEFT_UNCHANGED}")
+
+
+_LEFT_UNCHANGED = "file left unchanged"
 
 
 def _check_compiles(source: bytes) -> None:

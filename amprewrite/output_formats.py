@@ -7,7 +7,7 @@ import json
 import click
 
 from amprewrite.findings import CODES, Severity
-from amprewrite.report import status_text
+from amprewrite.report import in_mood, status_text
 from amprewrite.runner import FileOutcome
 
 _GITHUB_LEVEL = {Severity.ERROR: "error", Severity.SKIP: "warning", Severity.CHANGE: "notice",
@@ -34,10 +34,11 @@ def print_json(outcomes: list[FileOutcome], would: bool, summary: str) -> None:
     click.echo(json.dumps(document, indent=2))
 
 
-def print_github(outcomes: list[FileOutcome]) -> None:
-    """GitHub Actions workflow commands: annotations on the pull request's diff."""
+def print_github(outcomes: list[FileOutcome], would: bool) -> None:
+    """GitHub Actions workflow commands: annotations on the pull request's diff (changes in
+    the conditional when nothing was written)."""
     for outcome in outcomes:
-        for f in outcome.findings:
+        for f in (in_mood(finding, would) for finding in outcome.findings):
             severity = CODES[f.code].severity if f.code in CODES else Severity.CHANGE
             message = f.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
             click.echo(f"::{_GITHUB_LEVEL[severity]} file={outcome.path},line={f.line},"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import io
+import re
 import tokenize
 from collections.abc import Iterable
 from pathlib import PurePath
@@ -45,25 +46,77 @@ def report_order(outcomes: Iterable[FileOutcome]) -> list[FileOutcome]:
     return sorted(outcomes, key=lambda outcome: PurePath(outcome.path).parts)
 
 
+NOTHING_TO_DO = "AMP001"  # pre-commit names every staged file: most have nothing to do
+
+
 def visible(finding: Finding, explicit: bool, verbosity: Verbosity) -> bool:
     """Errors always; changes and skips unless quiet; notes when verbose, or by default for
-    files named on the command line (not for files found by walking a directory)."""
+    files named on the command line (not for files found by walking a directory), except
+    that a file has nothing to do (NOTHING_TO_DO), which only -v shows."""
     code = CODES.get(finding.code)
     severity = code.severity if code else Severity.CHANGE  # an unregistered code: still shown
     if severity is Severity.ERROR or verbosity is Verbosity.VERBOSE:
         return True
-    if verbosity is Verbosity.QUIET:
+    if verbosity is Verbosity.QUIET or finding.code == NOTHING_TO_DO:
         return False
     return severity is not Severity.NOTE or explicit
 
 
 def report_findings(outcome: FileOutcome, verbosity: Verbosity, would: bool) -> None:
-    """The file's visible findings by line, then (verbose) its status, on stderr."""
+    """The file's visible findings by line, then (verbose) its status, on stderr; with
+    `would` (--check/--diff), changes in the conditional."""
     for finding in sorted(outcome.findings, key=lambda f: (f.line, f.col, f.code)):
         if visible(finding, outcome.explicit, verbosity):
-            click.echo(finding.format(outcome.path), err=True)
+            shown = in_mood(finding, would)
+            click.echo(shown.format(outcome.path), err=True)
     if verbosity is Verbosity.VERBOSE:
         click.echo(f"{outcome.path}: {status_text(outcome.status, would)}", err=True)
+
+
+def in_mood(finding: Finding, would: bool) -> Finding:
+    """`finding` as reported: a change not written (`would`) in the conditional."""
+    code = CODES.get(finding.code)
+    if not would or code is None or code.severity is not Severity.CHANGE:
+        return finding
+    return Finding(finding.code, finding.line, finding.col, conditional(finding.message))
+
+
+# A change's past participle: a word ending in -ed or an irregular one, not the message's first
+# word, not after `is`/`are` (a state, not the change), followed by the end, punctuation or a
+# preposition: "`x.step()` routed through ...", "scaler state saved under ...".
+_PARTICIPLE = re.compile(
+    r"(?<=\S )(?<!\bis )(?<!\bare )\b(?:[a-z]+ed|cast|set|kept|made|built|put|split)"
+    r"(?=$|[:;,.)(]| \(| (?:in|into|to|from|through|by|before|after|under|as|for|only|right|"
+    r"next|at|with|on|out|over|when|once)\b)")
+IF_NOT_CONJUGATED = "after the rewrite, "
+
+
+def conditional(message: str) -> str:
+    """A change message in the conditional, for --check and --diff, which write nothing:
+    "would be" before its past participle (outside backticks), e.g. "`opt.step()` routed
+    through `scaler.step(opt)`" -> "`opt.step()` would be routed through ...". A message
+    without one ("`x` casts the model for O2") is prefixed IF_NOT_CONJUGATED."""
+    for match in _PARTICIPLE.finditer(message):
+        if message.count("`", 0, match.start()) % 2 == 0:  # not inside code
+            return f"{message[:match.start()]}would be {message[match.start():]}"
+    return IF_NOT_CONJUGATED + message
+
+
+def apply_hint(command: str) -> str:
+    """The last line of --check/--diff when something would change."""
+    return f"to apply these changes: {command}"
+
+
+def runtime_hint(outcomes: Iterable[FileOutcome], would: bool) -> str | None:
+    """Said once when rewritten files start importing amprewrite_runtime (runtime style):
+    the environment that trains them needs it."""
+    module = b"amprewrite_runtime"
+    if not any(outcome.status is Status.CHANGED and module in outcome.after
+               and module not in outcome.before for outcome in outcomes):
+        return None
+    verb = "would import" if would else "now import"
+    return (f"rewritten files {verb} amprewrite_runtime: where they train, run "
+            "`pip install 'amprewrite[runtime]'` (or rewrite with --plain for torch.amp only)")
 
 
 def status_text(status: Status, would: bool) -> str:
@@ -102,12 +155,19 @@ def _lines(source: bytes) -> list[str]:
     return io.StringIO(text, newline="").readlines()  # keeps \r\n; no split on \f or \x1c
 
 
-def summary(outcomes: list[FileOutcome], would: bool) -> str:
-    """Black-style: `2 files rewritten, 3 files left unchanged, 1 file failed`."""
+def summary(outcomes: list[FileOutcome], would: bool, excluded: int = 0) -> str:
+    """Black-style: `2 files rewritten, 3 files left unchanged, 1 file failed`; with no file,
+    whether `excluded` paths (exclude patterns, .gitignore) left every one out."""
     parts = []
     for status in (Status.CHANGED, Status.UNCHANGED, Status.FAILED):
         count = sum(outcome.status is status for outcome in outcomes)
         if count:
             files = "1 file" if count == 1 else f"{count} files"
             parts.append(f"{files} {status_text(status, would)}")
-    return ", ".join(parts) if parts else "no Python files found; nothing to do"
+    if parts:
+        return ", ".join(parts)
+    if excluded:
+        paths = "1 path" if excluded == 1 else f"{excluded} paths"
+        return (f"no Python files to process: all excluded ({paths} matched exclude, "
+                "extend-exclude or .gitignore); nothing to do")
+    return "no Python files found; nothing to do"

@@ -41,7 +41,7 @@ PLAIN_PYTHON = b"def add(a, b):\n    return a + b\n"
 # Sources for the fake engine: what each one makes it do.
 CHANGES = b"x = 1\nold()\ny = 2\n"  # rewritten: old() -> new(), one CHANGE finding
 CLEAN = b"x = 1\n"  # nothing to do, no finding
-NOTED = b"# NOTE\nx = 1\n"  # nothing to do, a NOTE finding (like AMP001)
+NOTED = b"# NOTE\nx = 1\n"  # nothing to do, a NOTE finding (like AMP002)
 SKIPPED = b"# SKIP\nx = 1\n"  # nothing to do, a SKIP finding
 BROKEN = b"# SYNTAX\nx = (\n"  # RewriteError(AMP003)
 CRASHES = b"# CRASH\n"  # an unexpected exception inside the engine
@@ -62,12 +62,12 @@ def fake_rewrite(source: bytes, options: Options) -> RewriteResult:
         return RewriteResult(source, [Finding("AMP999", 1, 1, "a code missing from CODES")])
     findings = []
     if b"NOTE" in source:
-        findings.append(Finding("AMP001", 1, 1, "no training step found"))
+        findings.append(Finding("AMP002", 1, 1, "file already uses mixed precision"))
     if b"SKIP" in source:
         findings.append(Finding("AMP201", 2, 1, "backward without an optimizer step"))
     if b"old()" in source:
         findings.append(Finding("AMP102", 2, 1, "old() replaced"))
-        findings.append(Finding("AMP101", 1, 1, "first line"))
+        findings.append(Finding("AMP101", 1, 1, "first line wrapped"))
         return RewriteResult(source.replace(b"old()", b"new()"), findings, True)
     return RewriteResult(source, findings, False)
 
@@ -388,7 +388,7 @@ def test_an_excluded_directory_named_explicitly_is_walked(
 def test_a_file_reached_twice_is_processed_once(tmp_path: Path, fake_engine: None) -> None:
     [path] = _files(tmp_path, {"a.py": NOTED})
     _, _, err = _run(str(tmp_path), str(path), str(path))
-    assert err == f"{path}:1:1: AMP001 no training step found\n1 file left unchanged\n"
+    assert err == f"{path}:1:1: AMP002 file already uses mixed precision\n1 file left unchanged\n"
 
 
 # --- reporting ------------------------------------------------------------------------------
@@ -404,9 +404,9 @@ def test_default_reporting_sorted_by_path_then_line(tmp_path: Path, fake_engine:
     _, _, err = _run(str(s), str(c), str(b), str(tmp_path / "n.py"))
     assert err.splitlines() == [
         f"{b}:2:5: AMP003 syntax error; file left unchanged",
-        f"{c}:1:1: AMP101 first line",
+        f"{c}:1:1: AMP101 first line wrapped",
         f"{c}:2:1: AMP102 old() replaced",
-        f"{n}:1:1: AMP001 no training step found",  # named explicitly: its note is shown
+        f"{n}:1:1: AMP002 file already uses mixed precision",  # named explicitly: its note is shown
         f"{s}:2:1: AMP201 backward without an optimizer step",
         "1 file rewritten, 2 files left unchanged, 1 file failed",
     ]
@@ -414,8 +414,8 @@ def test_default_reporting_sorted_by_path_then_line(tmp_path: Path, fake_engine:
 
 def test_notes_for_walked_files_only_when_verbose(tmp_path: Path, fake_engine: None) -> None:
     _all_kinds(tmp_path)
-    assert "AMP001" not in _run("--check", str(tmp_path))[2]
-    assert "AMP001" in _run("--check", "-v", str(tmp_path))[2]
+    assert "AMP002" not in _run("--check", str(tmp_path))[2]
+    assert "AMP002" in _run("--check", "-v", str(tmp_path))[2]
 
 
 def test_verbose_adds_notes_and_each_file_status(tmp_path: Path, fake_engine: None) -> None:
@@ -424,13 +424,14 @@ def test_verbose_adds_notes_and_each_file_status(tmp_path: Path, fake_engine: No
     assert err.splitlines() == [
         f"{b}:2:5: AMP003 syntax error; file left unchanged",
         f"{b}: failed",
-        f"{c}:1:1: AMP101 first line",
-        f"{c}:2:1: AMP102 old() replaced",
+        f"{c}:1:1: AMP101 first line would be wrapped",  # nothing written: conditional
+        f"{c}:2:1: AMP102 old() would be replaced",
         f"{c}: would be rewritten",
-        f"{n}:1:1: AMP001 no training step found",
+        f"{n}:1:1: AMP002 file already uses mixed precision",
         f"{n}: would be left unchanged",
         f"{s}:2:1: AMP201 backward without an optimizer step",
         f"{s}: would be left unchanged",
+        f"to apply these changes: amprewrite {c}",  # the file that would change
         "1 file would be rewritten, 2 files would be left unchanged, 1 file failed",
     ]
 
@@ -481,11 +482,12 @@ def test_rewrite_in_place_exits_1_then_0(training: Path) -> None:
     assert training.read_bytes() == rewritten
 
 
-def test_nothing_to_change_exits_0_with_a_note(plain: Path) -> None:
+def test_nothing_to_change_exits_0_with_a_note_when_verbose(plain: Path) -> None:
     code, _, err = _run(str(plain))
     assert code == 0
     assert plain.read_bytes() == PLAIN_PYTHON
-    assert f"{plain}:1:1: AMP001" in err
+    assert err == "1 file left unchanged\n"  # pre-commit names every staged file: no noise
+    assert f"{plain}:1:1: AMP001" in _run("-v", str(plain))[2]
 
 
 def test_exit_zero_opts_out_of_exit_1(training: Path) -> None:
@@ -518,7 +520,7 @@ def test_syntax_error_is_reported_and_the_other_files_still_processed(
     broken.write_bytes(b"import torch\nx = (\n")
     code, _, err = _run(str(broken), str(training))
     assert code == 123
-    assert f"{broken}:3:1: AMP003 syntax error" in err
+    assert f"{broken}:2:5: AMP003 cannot parse: '(' was never closed; file left unchanged" in err
     assert b"scaler.scale(loss)" in training.read_bytes()
     assert broken.read_bytes() == b"import torch\nx = (\n"
 

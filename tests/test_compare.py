@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from amprewrite.compare import Run, compare, divergence, report
+from amprewrite.compare import (
+    CompareError,
+    Run,
+    compare,
+    device_notes,
+    divergence,
+    refuse_before_running,
+    report,
+)
 from tests.execution import FIXTURES_DIR, RUNTIME_DIR
 
 TOPLEVEL = FIXTURES_DIR / "toplevel_loop"
@@ -55,11 +63,13 @@ def test_compares_fp32_with_the_rewrite_end_to_end() -> None:
     expected = float(fp32_ms) / float(amp_ms)  # from times rounded to 3 digits
     assert speedup and float(speedup[1]) == pytest.approx(expected, rel=0.1, abs=0.01)
     assert "FP32 run" in result.stderr and "AMP run" in result.stderr
+    assert re.search(r"^device: .+ \(cpu[;)]", out, re.MULTILINE)  # traced by the runtime
 
 
 def test_a_failing_command_shows_the_end_of_its_stderr(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
-    script.write_text("import sys\nprint('data directory /nonexistent missing', file=sys.stderr)\n"
+    script.write_text("import sys\nimport amprewrite_runtime\n"
+                      "print('data directory /nonexistent missing', file=sys.stderr)\n"
                       "raise SystemExit(3)\n")
     result = _compare("--", sys.executable, str(script))
     assert result.exit_code == 1
@@ -68,11 +78,33 @@ def test_a_failing_command_shows_the_end_of_its_stderr(tmp_path: Path) -> None:
     assert isinstance(result.exception, SystemExit)  # a message, not a traceback
 
 
-def test_a_script_that_is_not_rewritten_writes_no_trace() -> None:
-    result = _compare("--steps", "3", "--", sys.executable, str(TOPLEVEL / "input.py"))
-    assert result.exit_code == 1
-    assert "exited normally but wrote no trace" in result.stderr
-    assert "rewritten by amprewrite" in result.stderr
+def test_a_script_that_is_not_rewritten_is_refused_before_running() -> None:
+    script = str(TOPLEVEL / "input.py")
+    result = _compare("--steps", "3", "--", sys.executable, script)
+    assert result.exit_code == 2
+    assert f"`{script}` does not import amprewrite_runtime" in result.stderr
+    assert f"rewrite it first with `amprewrite {script}`" in result.stderr
+    assert "FP32 run" not in result.stderr  # failed fast: the FP32 job never ran
+
+
+def test_a_script_whose_imported_module_uses_the_runtime_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("from trainer.loop import fit\nfit()\n")
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "__init__.py").write_text("")
+    (tmp_path / "trainer" / "loop.py").write_text("from amprewrite_runtime import GradScaler\n")
+    refuse_before_running([sys.executable, str(tmp_path / "train.py")])  # no error
+    (tmp_path / "trainer" / "loop.py").write_text("import torch\n")
+    with pytest.raises(CompareError, match="does not import amprewrite_runtime"):
+        refuse_before_running([sys.executable, str(tmp_path / "train.py")])
+
+
+def test_a_script_named_as_the_command_gets_the_python_fix(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("from amprewrite_runtime import GradScaler\n")
+    result = _compare("--steps", "3", str(script), "--lr", "0.1")
+    assert result.exit_code == 2
+    assert (f"`{script}` is a file, not a command: run it with Python, "
+            f"`amprewrite compare -- python {script} --lr 0.1`") in result.stderr
 
 
 def test_a_missing_program_is_a_usage_error() -> None:
@@ -106,13 +138,77 @@ def test_divergence_skips_non_finite_losses_and_times_whole_iterations() -> None
     assert "non-finite losses" in text and text.endswith("2.00x")
 
 
-def test_plot_draws_both_runs(tmp_path: Path) -> None:
+def test_plot_draws_both_runs_distinctly_under_a_title(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("matplotlib")
+    from matplotlib import pyplot
+
     from amprewrite.compare import plot
 
-    run = Run("FP32", _records([2.0, 1.0], [0.1, 0.1], [1, 2]))
-    plot(tmp_path / "curves.png", run, Run("AMP", run.records))
+    figures = []
+    monkeypatch.setattr(pyplot, "close", figures.append)
+    run = Run("FP32", _records([2.0, 1.0, 0.5], [0.1, 0.1, 0.1], [1, 2, 3]))
+    amp = Run("AMP", run.records)  # identical losses: the FP32 curve must still show
+    plot(tmp_path / "curves.png", run, amp, "amprewrite compare --steps 3 -- python train.py")
     assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
+    [figure] = figures
+    losses, scales = figure.axes
+    styles = {(line.get_linestyle(), line.get_marker(), line.get_color())
+              for line in losses.get_lines()}
+    assert len(styles) == 2 and len({marker for _, marker, _ in styles}) == 2
+    title = figure._suptitle.get_text()
+    assert "amprewrite compare --steps 3 -- python train.py" in title and "3 optimizer" in title
+    figure.canvas.draw()
+    ticks = [tick for tick in scales.get_xticks() if 1 <= tick <= 3]
+    assert ticks and all(float(tick).is_integer() for tick in ticks)  # no step 1.5
+    assert any("bfloat16 has float32's range" in text.get_text() for text in scales.texts)
+
+
+def _device(records: list[dict], **device: object) -> Run:
+    return Run("AMP", [{**r, **device} for r in records])
+
+
+def test_device_notes_say_what_the_device_offers_and_why_amp_is_slower() -> None:
+    records = _records([1.0], [0.1], [1])
+    plain = _device(records, device_name="AMD EPYC", device_features=[], fast_dtypes=[])
+    notes = device_notes(plain, 0.7)
+    assert notes[0] == ("device: AMD EPYC (cpu): no AMX-BF16 or AVX-512 BF16, so bfloat16 is "
+                        "not accelerated and may be slower than float32")
+    assert notes[1].startswith("AMP is slower here, as expected")
+    assert len(device_notes(plain, 1.3)) == 1
+    amx = _device(records, device_name="Intel Xeon", device_features=["AMX-BF16"],
+                  fast_dtypes=["bfloat16"])
+    assert device_notes(amx, 2.0) == [
+        "device: Intel Xeon (cpu; AMX-BF16): fast bfloat16 (AMX-BF16 or AVX-512 BF16)"]
+    assert "although the device computes bfloat16 fast" in device_notes(amx, 0.9)[1]
+    unknown = _device(records, device_name="arm", device_features=[], fast_dtypes=None)
+    assert device_notes(unknown, 0.9) == [
+        "device: arm (cpu): whether it has AMX-BF16 or AVX-512 BF16 is unknown"]
+    gpu = [{**r, "device": "cuda", "dtype": "float16"} for r in records]
+    old_gpu = _device(gpu, device_name="Tesla P100", device_features=["compute capability 6.0"],
+                      fast_dtypes=[])
+    assert "no tensor cores (compute capability 7.0 or newer)" in device_notes(old_gpu, 0.8)[0]
+
+
+def test_the_trace_records_the_device_and_its_fast_dtypes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from amprewrite_runtime import trace
+
+    monkeypatch.setattr(trace, "_cpu", lambda: ("Intel Xeon", {"avx512f", "amx_bf16",
+                                                               "avx512_fp16"}))
+    assert trace.device_info("cpu") == {"device_name": "Intel Xeon",
+                                        "device_features": ["AMX-BF16", "AVX-512 FP16"],
+                                        "fast_dtypes": ["bfloat16", "float16"]}
+    monkeypatch.setattr(trace, "_cpu", lambda: ("M2", None))
+    assert trace.device_info("cpu")["fast_dtypes"] is None
+    monkeypatch.setattr(trace.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(trace.torch.cuda, "get_device_capability", lambda index: (7, 5))
+    monkeypatch.setattr(trace.torch.cuda, "get_device_name", lambda index: "Tesla T4")
+    assert trace.device_info("cuda") == {"device_name": "Tesla T4",
+                                         "device_features": ["compute capability 7.5"],
+                                         "fast_dtypes": ["float16"]}
 
 
 def test_the_amprewrite_command_dispatches_compare(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import libcst as cst
 
 from amprewrite.analysis.checkpoints import Checkpoints, SavedState
 from amprewrite.analysis.training_step import Note
-from amprewrite.rules.containers import insert_after
+from amprewrite.rules.containers import insert_after, one_per_line
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert, Replace
 
@@ -42,7 +42,31 @@ def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
     else:
         assert isinstance(anchor, cst.Arg)
         new = anchor.with_changes(keyword=cst.Name(key), value=value)
-    ctx.plan.replaces.append(Replace(container, insert_after(container, anchor, new)))
+    build = insert_after(container, anchor, new)
+    if _too_long(ctx, container, new):
+        build = one_per_line(build, ctx.facts.module.default_indent)
+    ctx.plan.replaces.append(Replace(container, build))
+
+
+SHORTEST_LIMIT = 79  # PEP 8: a file whose lines are all shorter still wraps beyond it
+
+
+def _too_long(ctx: RuleContext, container: cst.Dict | cst.Call, new: cst.CSTNode) -> bool:
+    """Whether adding `new` to a container on a one-line statement makes that line longer
+    than the file's longest line (its line-length convention, at least SHORTEST_LIMIT)."""
+    module = ctx.facts.module
+    statement = ctx.facts.owner.get(id(container))
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
+    if "\n" in line:
+        return False  # a statement over several lines: its layout is the author's
+    depth = len(ctx.facts.enclosing_statements(statement)) - 1
+    length = depth * len(module.default_indent.expandtabs()) + len(line)
+    length += len(", " + module.code_for_node(new))
+    if length <= SHORTEST_LIMIT:
+        return False
+    return length > max(len(text.expandtabs()) for text in module.code.splitlines())
 
 
 def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:

@@ -52,3 +52,28 @@ def without(container: Container, item: cst.CSTNode) -> Callable[[cst.CSTNode], 
         return node.with_changes(**{attribute: items})
 
     return build
+
+
+def one_per_line(
+    build: Callable[[cst.CSTNode], cst.CSTNode], indent: str
+) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """`build`, then its container's items one per line, `indent` deeper than the statement,
+    each with a trailing comma, the closing bracket on a line of its own (the common style
+    for a dict or call too long for one line)."""
+
+    def newline(extra: str) -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(extra))
+
+    def wrap(node: cst.CSTNode) -> cst.CSTNode:
+        built = build(node)
+        assert isinstance(built, Container)
+        attribute = _attribute(built)
+        items = list(getattr(built, attribute))
+        items = [item.with_changes(comma=cst.Comma(whitespace_after=newline(
+            indent if index + 1 < len(items) else ""))) for index, item in enumerate(items)]
+        if isinstance(built, cst.Dict):
+            return built.with_changes(elements=items, lbrace=cst.LeftCurlyBrace(
+                whitespace_after=newline(indent)), rbrace=cst.RightCurlyBrace())
+        return built.with_changes(args=items, whitespace_before_args=newline(indent))
+
+    return wrap

@@ -2,7 +2,8 @@
 
 - `AMPREWRITE_TRACE=path.jsonl` appends one JSON object per optimizer step taken through
   `GradScaler.step()`: `{"step", "iteration", "loss", "scale", "skipped", "time_s",
-  "opt_level", "dtype", "device"}`. In distributed training, rank 0 writes them.
+  "opt_level", "dtype", "device", "device_name", "device_features", "fast_dtypes"}`. In
+  distributed training, rank 0 writes them.
 - `AMPREWRITE_MAX_STEPS=N` ends the run cleanly (`SystemExit(0)` from `GradScaler.update()`)
   once N optimizer steps were taken.
 
@@ -13,6 +14,12 @@ the wall time from the start of the iteration to the end of this step (after
 `torch.cuda.synchronize()` on CUDA): with one optimizer, the iteration's time; with several
 (a GAN), one record per `step()`, all with the same `iteration`, and the last one's `time_s`
 is the iteration's. The first iteration's time leaves out its forward pass.
+
+`device_name` is the GPU's name or the CPU's model name; `device_features` what makes low
+precision fast there (the GPU's compute capability; the CPU's AMX and AVX-512 BF16/FP16 flags);
+`fast_dtypes` the low-precision dtypes it has fast matrix units for (tensor cores: float16 from
+compute capability 7.0, bfloat16 from 8.0; a CPU: bfloat16 with AMX-BF16 or AVX-512 BF16,
+float16 with AMX-FP16 or AVX-512 FP16), null when unknown (a CPU without /proc/cpuinfo).
 
 Off (both variables unset) the scaler holds `None` and each hook costs one attribute check.
 """
@@ -48,6 +55,7 @@ class Tracer:
         self._file: IO[str] | None = None
         self._loss: torch.Tensor | None = None
         self._started: float | None = None
+        self._devices: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def from_env(cls) -> Tracer | None:
@@ -94,6 +102,9 @@ class Tracer:
             "dtype": dtype.removeprefix("torch."),
             "device": device,
         }
+        if device not in self._devices:
+            self._devices[device] = device_info(device)
+        record.update(self._devices[device])
         if self._file is None:
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         self._file.write(json.dumps(record) + "\n")
@@ -111,6 +122,41 @@ class Tracer:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+# CPU flags (/proc/cpuinfo) that give a dtype fast matrix units, and how they are shown.
+CPU_FEATURES = {"amx_bf16": ("AMX-BF16", "bfloat16"), "avx512_bf16": ("AVX-512 BF16", "bfloat16"),
+                "amx_fp16": ("AMX-FP16", "float16"), "avx512_fp16": ("AVX-512 FP16", "float16")}
+
+
+def device_info(device: str) -> dict[str, Any]:
+    """The device's name, what makes low precision fast on it, and the dtypes that are."""
+    if device == "cuda":
+        index = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(index)
+        fast = [dtype for dtype, since in (("float16", 7), ("bfloat16", 8)) if major >= since]
+        return {"device_name": torch.cuda.get_device_name(index),
+                "device_features": [f"compute capability {major}.{minor}"], "fast_dtypes": fast}
+    name, flags = _cpu()
+    if flags is None:
+        return {"device_name": name, "device_features": [], "fast_dtypes": None}
+    found = [CPU_FEATURES[flag] for flag in CPU_FEATURES if flag in flags]
+    return {"device_name": name, "device_features": [shown for shown, _ in found],
+            "fast_dtypes": sorted({dtype for _, dtype in found})}
+
+
+def _cpu() -> tuple[str, set[str] | None]:
+    """The CPU's model name and flags from /proc/cpuinfo (Linux); flags None elsewhere."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as stream:
+            fields = {key.strip(): value.strip() for key, _, value in
+                      (line.partition(":") for line in stream)}  # the last CPU's
+    except OSError:
+        return platform.processor() or "CPU", None
+    name = fields.get("model name") or platform.processor() or "CPU"
+    return name, set(fields.get("flags", "").split())
 
 
 def _rank() -> int:
