@@ -9,6 +9,20 @@ The subprocess is `python tests/_bootstrap.py OUT.json SCRIPT ARGS...` (see that
 what is observed and how). It runs on the CPU only (`CUDA_VISIBLE_DEVICES` is emptied), with
 `<repo>/runtime` (so `amprewrite_runtime`) and `<repo>` on `PYTHONPATH`, from the script's
 directory as working directory.
+
+The dtype a rewritten script runs in is the runtime's choice: bfloat16 on this CPU, float16
+with dynamic loss scaling (the CUDA path) under `env=FLOAT16_ENV`. Tests that execute a
+rewrite run it in both (see `DTYPE_ENVS`), and once more in float16 with an injected overflow:
+
+    run = run_script(script, env=FLOAT16_ENV, overflow_at=12)
+    assert run.overflow_injected_at == 12 and 12 in run.skipped_at
+
+`overflow_at=N` puts an inf into one gradient of the optimizer about to take the N-th
+optimizer step attempt (1-based, counted across all optimizers in call order), before the
+grad scaler checks it: an enabled scaler must skip exactly that step and back off its scale,
+and the script must carry on (skip branches, `update()` on every path, scheduler guards).
+Without an enabled scaler (FP32, bfloat16) the inf reaches the weights, so inject float16
+runs only. `tests/_bootstrap.py` says exactly what counts as an attempt.
 """
 
 from __future__ import annotations
@@ -27,10 +41,17 @@ REPO_ROOT = TESTS_DIR.parent
 RUNTIME_DIR = REPO_ROOT / "runtime"
 FIXTURES_DIR = REPO_ROOT / "fixtures"
 BOOTSTRAP = TESTS_DIR / "_bootstrap.py"
+OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # read (and hidden from the script) by the bootstrap
 
 FLOAT32 = "torch.float32"
 BFLOAT16 = "torch.bfloat16"
 FLOAT16 = "torch.float16"
+
+# AMPREWRITE_DTYPE for each low-precision run of a rewritten script: the CPU's default
+# (bfloat16, no loss scaling) and the CUDA path (float16, dynamic loss scaling on).
+BFLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "bfloat16"}
+FLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "float16"}
+DTYPE_ENVS: dict[str, dict[str, str]] = {BFLOAT16: BFLOAT16_ENV, FLOAT16: FLOAT16_ENV}
 
 
 @dataclass
@@ -58,6 +79,15 @@ class ScriptRun:
     error_type: str | None = None
     timed_out: bool = False
     duration_s: float | None = None  # time spent in the script itself (after torch import)
+    # Optimizer step attempts (1-based, all optimizers, see tests/_bootstrap.py): how many,
+    # how many really stepped, and which did not (inf/NaN found by the scaler, or abandoned).
+    optimizer_steps: int = 0
+    optimizer_steps_taken: int = 0
+    skipped_at: list[int] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)  # after each enabled scaler update()
+    scheduler_steps: int = 0  # LRScheduler.step() calls after construction
+    overflow_at: int | None = None  # as asked
+    overflow_injected_at: int | None = None  # the attempt whose gradient got the inf
     record: dict = field(default_factory=dict, repr=False)  # the raw JSON record
 
     @property
@@ -106,9 +136,12 @@ def run_script(
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
     cwd: Path | str | None = None,
+    overflow_at: int | None = None,
 ) -> ScriptRun:
     """Run `path` with `args` under the bootstrap on the CPU and return what it did.
 
+    `overflow_at=N` injects an inf into a gradient before the N-th optimizer step attempt
+    (1-based; see the module docstring): meant for float16 runs, which must skip that step.
     Never raises for a failing script: check `run.ok` / `run.returncode` (`run.explain()`
     makes a good assert message). A run past `timeout` seconds is killed and comes back with
     `timed_out=True` and returncode -9.
@@ -118,11 +151,16 @@ def run_script(
     with tempfile.TemporaryDirectory(prefix="amprewrite-run-") as tmp:
         out_json = Path(tmp) / "record.json"
         cmd = [sys.executable, str(BOOTSTRAP), str(out_json), str(script), *map(str, args)]
+        full_env = subprocess_env(env)
+        if overflow_at is not None:
+            if overflow_at < 1:
+                raise ValueError(f"overflow_at={overflow_at}: attempts are numbered from 1")
+            full_env[OVERFLOW_ENV] = str(overflow_at)
         try:
             proc = subprocess.run(
                 cmd,
                 cwd=workdir,
-                env=subprocess_env(env),
+                env=full_env,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -155,6 +193,13 @@ def run_script(
     run.error = record.get("error")
     run.error_type = record.get("error_type")
     run.duration_s = record.get("duration_s")
+    run.optimizer_steps = int(record.get("optimizer_steps", 0))
+    run.optimizer_steps_taken = int(record.get("optimizer_steps_taken", 0))
+    run.skipped_at = list(record.get("skipped_at", []))
+    run.scales = list(record.get("scales", []))
+    run.scheduler_steps = int(record.get("scheduler_steps", 0))
+    run.overflow_at = record.get("overflow_at")
+    run.overflow_injected_at = record.get("overflow_injected_at")
     return run
 
 
