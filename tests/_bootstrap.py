@@ -33,6 +33,10 @@ same way), after seeding and after installing these observers:
   gets it. With an enabled grad scaler (a float16 rewrite) the step is skipped and the scale
   backs off; without one (FP32, bfloat16) the inf reaches the weights, so only float16 runs
   are injected in the tests.
+* step replay (`AMPREWRITE_TEST_SKIP_AT=3,7`, removed likewise): the direct `opt.step()` of
+  those attempts runs with every gradient of `opt` set aside (restored right after), so it
+  changes nothing, as a grad scaler's skipped step does. An FP32 run told the attempts a
+  float16 run skipped is that run's exact FP32 twin, which is what the tests compare with.
 
 The record is written when the script finishes, also when it raises (the traceback is kept
 and the exit status is 1) or calls `sys.exit` (its status is kept).
@@ -53,6 +57,7 @@ import warnings
 
 MAX_ENTRIES = 5000  # cap on each recorded list; counters are not capped
 OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # what run_script(overflow_at=N) sets
+SKIP_ENV = "AMPREWRITE_TEST_SKIP_AT"  # what run_script(skip_at=[...]) sets
 
 # torch without numpy warns at import; that noise is not the script's.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -189,12 +194,15 @@ def _install_observers(record: dict) -> None:
     nn.modules.module.register_module_forward_hook(forward_hook)
 
 
-def _install_step_observers(record: dict, overflow_at: int | None) -> StepObserver:
+def _install_step_observers(
+    record: dict, overflow_at: int | None, skip_at: frozenset[int]
+) -> StepObserver:
     from torch.amp import grad_scaler
     from torch.optim import lr_scheduler
     from torch.optim import optimizer as optim_module
 
     steps = StepObserver(record, overflow_at)
+    set_aside: dict[int, list] = {}  # id(optimizer) -> [(param, grad)] during a replayed skip
     scaler_cls = grad_scaler.GradScaler
     original_unscale, original_step = scaler_cls.unscale_, scaler_cls.step
     original_update = scaler_cls.update
@@ -234,11 +242,19 @@ def _install_step_observers(record: dict, overflow_at: int | None) -> StepObserv
     def before_optimizer_step(optimizer, args, kwargs):
         if steps.depth == 0:  # a direct opt.step(), not one a scaler makes
             steps.announce(optimizer)
+            if steps.open.get(id(optimizer)) in skip_at:
+                set_aside[id(optimizer)] = _set_grads_aside(optimizer)
         steps.depth += 1
 
     def after_optimizer_step(optimizer, args, kwargs):
         steps.depth -= 1
-        steps.taken(optimizer)
+        grads = set_aside.pop(id(optimizer), None)
+        if grads is None:
+            steps.taken(optimizer)
+            return
+        for param, grad in grads:
+            param.grad = grad
+        steps.open.pop(id(optimizer), None)  # replayed as skipped
 
     optim_module.register_optimizer_step_pre_hook(before_optimizer_step)
     optim_module.register_optimizer_step_post_hook(after_optimizer_step)
@@ -291,6 +307,17 @@ class StepObserver:
         self.record["skipped_at"] = sorted(skipped)[:MAX_ENTRIES]
 
 
+def _set_grads_aside(optimizer) -> list:
+    """Set every gradient of `optimizer` to None (optimizers leave such parameters alone)."""
+    grads = []
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None:
+                grads.append((param, param.grad))
+                param.grad = None
+    return grads
+
+
 def _poison(optimizer) -> bool:
     """Put an inf into the first dense gradient `optimizer` holds; False when it holds none."""
     import torch
@@ -322,6 +349,7 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     exit_code = 0
     overflow_at = os.environ.pop(OVERFLOW_ENV, None)
+    skip_at = frozenset(int(v) for v in os.environ.pop(SKIP_ENV, "").split(",") if v)
     steps = None
     try:
         import torch
@@ -330,7 +358,8 @@ def main(argv: list[str]) -> int:
         random.seed(0)
         torch.manual_seed(0)
         _install_observers(record)
-        steps = _install_step_observers(record, int(overflow_at) if overflow_at else None)
+        steps = _install_step_observers(
+            record, int(overflow_at) if overflow_at else None, skip_at)
 
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it

@@ -23,16 +23,24 @@ grad scaler checks it: an enabled scaler must skip exactly that step and back of
 and the script must carry on (skip branches, `update()` on every path, scheduler guards).
 Without an enabled scaler (FP32, bfloat16) the inf reaches the weights, so inject float16
 runs only. `tests/_bootstrap.py` says exactly what counts as an attempt.
+
+A float16 run skips the steps whose gradients overflowed (the first few, at the initial scale
+65536, and the injected one), so it is compared with its FP32 twin: the FP32 script run with
+`skip_at=fp16_run.skipped_at`, whose optimizer steps at those attempts change nothing
+(`fp32_twin`). Both then take the same steps, and the losses agree to float16's precision.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +50,7 @@ RUNTIME_DIR = REPO_ROOT / "runtime"
 FIXTURES_DIR = REPO_ROOT / "fixtures"
 BOOTSTRAP = TESTS_DIR / "_bootstrap.py"
 OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # read (and hidden from the script) by the bootstrap
+SKIP_ENV = "AMPREWRITE_TEST_SKIP_AT"  # likewise
 
 FLOAT32 = "torch.float32"
 BFLOAT16 = "torch.bfloat16"
@@ -52,6 +61,9 @@ FLOAT16 = "torch.float16"
 BFLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "bfloat16"}
 FLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "float16"}
 DTYPE_ENVS: dict[str, dict[str, str]] = {BFLOAT16: BFLOAT16_ENV, FLOAT16: FLOAT16_ENV}
+# One intra-op thread: the fixtures' models are tiny, and on a 2-core machine two threads
+# only contend (a run takes 3-4x longer); runs go side by side instead (`run_scripts`).
+ONE_THREAD: dict[str, str] = {"AMPREWRITE_TEST_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 @dataclass
@@ -137,11 +149,13 @@ def run_script(
     timeout: float = 120,
     cwd: Path | str | None = None,
     overflow_at: int | None = None,
+    skip_at: Sequence[int] = (),
 ) -> ScriptRun:
     """Run `path` with `args` under the bootstrap on the CPU and return what it did.
 
     `overflow_at=N` injects an inf into a gradient before the N-th optimizer step attempt
     (1-based; see the module docstring): meant for float16 runs, which must skip that step.
+    `skip_at` makes the direct optimizer steps of those attempts no-ops (an FP32 twin).
     Never raises for a failing script: check `run.ok` / `run.returncode` (`run.explain()`
     makes a good assert message). A run past `timeout` seconds is killed and comes back with
     `timed_out=True` and returncode -9.
@@ -156,6 +170,8 @@ def run_script(
             if overflow_at < 1:
                 raise ValueError(f"overflow_at={overflow_at}: attempts are numbered from 1")
             full_env[OVERFLOW_ENV] = str(overflow_at)
+        if skip_at:
+            full_env[SKIP_ENV] = ",".join(map(str, skip_at))
         try:
             proc = subprocess.run(
                 cmd,
@@ -203,7 +219,71 @@ def run_script(
     return run
 
 
+@dataclass(frozen=True)
+class Job:
+    """One `run_script` call, hashable so that identical runs are made once per session."""
+
+    path: Path
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    overflow_at: int | None = None
+    skip_at: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, path: Path | str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+           overflow_at: int | None = None, skip_at: Sequence[int] = ()) -> Job:
+        merged = {**ONE_THREAD, **(env or {})}
+        return cls(Path(path).resolve(), tuple(map(str, args)), tuple(sorted(merged.items())),
+                   overflow_at, tuple(skip_at))
+
+    def run(self) -> ScriptRun:
+        return _cached_run(self)
+
+
+@functools.cache
+def _cached_run(job: Job) -> ScriptRun:
+    return run_script(job.path, job.args, env=dict(job.env), overflow_at=job.overflow_at,
+                      skip_at=job.skip_at)
+
+
+def run_scripts(jobs: Sequence[Job]) -> list[ScriptRun]:
+    """Run `jobs` side by side (one per CPU core, one thread each) and return their runs in
+    order. Runs are cached for the session: a job already run is not run again."""
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(Job.run, jobs))
+
+
 def _text(data: bytes | str | None) -> str:
     if data is None:
         return ""
     return data if isinstance(data, str) else data.decode("utf-8", "replace")
+
+
+def fp32_twin(fp32: Job, fp16_run: ScriptRun) -> Job:
+    """The FP32 run that skips the steps `fp16_run` skipped (see the module docstring)."""
+    return Job(fp32.path, fp32.args, fp32.env, skip_at=tuple(fp16_run.skipped_at))
+
+
+def overflow_step(baseline: ScriptRun) -> int:
+    """Where to inject into a float16 run: midway through the steps after the last one its
+    overflow-free `baseline` skipped by itself (the scale has settled there), so the
+    injected skip is the only new one."""
+    settled = max(baseline.skipped_at, default=0)
+    remaining = baseline.optimizer_steps - settled
+    assert remaining >= 2, f"no settled steps to inject into: {baseline.skipped_at}"
+    return settled + (remaining + 1) // 2
+
+
+def assert_survives_overflow(baseline: ScriptRun, run: ScriptRun, at: int) -> None:
+    """`run` is `baseline` (float16, enabled scaler) with `overflow_at=at`: the inf was
+    injected there, that step and only that one more was skipped, the scale backed off
+    once, and the script carried on to the end with finite losses."""
+    assert run.ok, run.explain()
+    assert run.overflow_injected_at == at, f"nothing to inject into at step {at}"
+    assert run.skipped_at == sorted([*baseline.skipped_at, at]), (
+        f"skipped {run.skipped_at}, {baseline.skipped_at} without the overflow")
+    assert run.optimizer_steps == baseline.optimizer_steps
+    assert len(run.losses) == len(baseline.losses)
+    assert all(math.isfinite(loss) for loss in run.losses), run.losses
+    assert run.scales and run.scales[-1] == baseline.scales[-1] / 2, (run.scales, baseline.scales)

@@ -1,20 +1,42 @@
-"""Rewritten fixtures run on the CPU, autocast really runs in bfloat16, and they train like FP32.
+"""Rewritten fixtures run on the CPU in bfloat16 and in float16, and they train like FP32.
 
-Each case runs the FP32 input and its expected rewrite in a subprocess (see
-`tests/execution.py`) and compares: the rewrite's Linear/Conv layers must have produced
-bfloat16 outputs (so a rewrite that does nothing fails), the input's must not, both must
-backpropagate the same number of losses, and the final losses must agree within the
-bfloat16 tolerance stated per case.
+Each case runs the FP32 input and its expected rewrite in subprocesses (see
+`tests/execution.py`), the rewrite twice: in bfloat16 (the CPU's default) and with
+`AMPREWRITE_DTYPE=float16`, the CUDA path, where the runtime turns dynamic loss scaling on.
+The rewrite's Linear/Conv layers must have produced outputs in that dtype (so a rewrite that
+does nothing fails), the input's must not, both must backpropagate the same number of losses,
+and the final losses must agree within the tolerance stated per case and dtype. A third run
+in float16 injects an overflow (an inf in one gradient, `overflow_at`): exactly that step is
+skipped, the scale backs off, schedulers stepped per iteration skip with it, and the script
+runs to the end.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from tests.execution import BFLOAT16, FIXTURES_DIR, FLOAT32, ScriptRun, run_script
+from tests.execution import (
+    BFLOAT16,
+    DTYPE_ENVS,
+    FIXTURES_DIR,
+    FLOAT16,
+    FLOAT16_ENV,
+    FLOAT32,
+    Job,
+    ScriptRun,
+    assert_survives_overflow,
+    fp32_twin,
+    overflow_step,
+    run_script,
+    run_scripts,
+)
+
+LOW_PRECISION = [BFLOAT16, FLOAT16]
 
 
 @dataclass(frozen=True)
@@ -23,10 +45,23 @@ class Runnable:
     style: str = "O1"
     args: tuple[str, ...] = ()
     rtol: float = 0.05  # bfloat16 keeps ~3 significant digits; a few steps drift a little
+    # float16 keeps ~4 digits; compared with the FP32 run that skips the same steps
+    fp16_rtol: float = 0.02
     eval_autocast: bool = False  # the script also evaluates under no_grad: check it too
+    step_scheduler: bool = False  # an LR scheduler stepped per iteration, behind a guard
 
     def __str__(self) -> str:
         return f"{self.name}-{self.style}"
+
+    @property
+    def rewrite(self) -> Path:
+        return FIXTURES_DIR / self.name / f"expected_{self.style}.py"
+
+    def jobs(self) -> dict[str, Job]:
+        """FP32 input, then the rewrite in each low-precision dtype."""
+        fp32 = Job.of(FIXTURES_DIR / self.name / "input.py", self.args)
+        return {FLOAT32: fp32, **{dtype: Job.of(self.rewrite, self.args, env)
+                                  for dtype, env in DTYPE_ENVS.items()}}
 
 
 RUNNABLE = [
@@ -37,36 +72,69 @@ RUNNABLE = [
     Runnable("trainer_class", style="O1_plain", eval_autocast=True),
     Runnable("main_loop"),
     Runnable("transformer_lm", eval_autocast=True),
-    Runnable("gan_dcgan", rtol=0.15),
+    Runnable("gan_dcgan", rtol=0.15, fp16_rtol=0.15),
     Runnable("scaler_name_taken"),
     Runnable("method_step_helper"),
     Runnable("saliency_and_train"),
 ]
 
 
-def _runs(case: Runnable) -> tuple[ScriptRun, ScriptRun]:
-    directory = FIXTURES_DIR / case.name
-    fp32 = run_script(directory / "input.py", case.args)
-    amp = run_script(directory / f"expected_{case.style}.py", case.args)
-    assert fp32.ok, fp32.explain()
-    assert amp.ok, amp.explain()
-    return fp32, amp
+@functools.cache
+def _runs(case: Runnable) -> dict[str, ScriptRun]:
+    """The case's FP32, bfloat16 and float16 runs, made side by side (once per session)."""
+    jobs = case.jobs()
+    runs = dict(zip(jobs, run_scripts(list(jobs.values())), strict=True))
+    for run in runs.values():
+        assert run.ok, run.explain()
+    return runs
 
 
-@pytest.mark.parametrize("case", RUNNABLE, ids=str)
-def test_rewrite_trains_in_bfloat16_like_fp32(case: Runnable) -> None:
-    fp32, amp = _runs(case)
-    assert set(fp32.train_dtypes) == {FLOAT32}
-    assert BFLOAT16 in amp.train_dtypes, "the training forward did not run under autocast"
+@functools.cache
+def _overflow_runs(case: Runnable) -> tuple[ScriptRun, int, ScriptRun]:
+    """The float16 run with an overflow injected midway, where, and its FP32 twin."""
+    at = overflow_step(_runs(case)[FLOAT16])
+    run = Job.of(case.rewrite, case.args, FLOAT16_ENV, overflow_at=at).run()
+    return run, at, fp32_twin(case.jobs()[FLOAT32], run).run()
+
+
+def _assert_close(amp: ScriptRun, fp32: ScriptRun, rtol: float) -> None:
     assert len(amp.losses) == len(fp32.losses) > 0
     assert all(math.isfinite(loss) for loss in amp.losses)
     final_fp32, final_amp = fp32.losses[-1], amp.losses[-1]
-    assert final_amp == pytest.approx(final_fp32, rel=case.rtol, abs=1e-3), (
+    assert final_amp == pytest.approx(final_fp32, rel=rtol, abs=1e-3), (
         f"final loss {final_amp} vs FP32 {final_fp32}"
     )
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+@pytest.mark.parametrize("case", RUNNABLE, ids=str)
+def test_rewrite_trains_in_low_precision_like_fp32(case: Runnable, dtype: str) -> None:
+    runs = _runs(case)
+    fp32, amp = runs[FLOAT32], runs[dtype]
+    assert set(fp32.train_dtypes) == {FLOAT32}
+    assert dtype in amp.train_dtypes, "the training forward did not run under autocast"
+    assert amp.optimizer_steps == fp32.optimizer_steps  # every step went through
+    if dtype == FLOAT16:
+        assert any(amp.backward_scaled), "no loss went through an enabled GradScaler"
+        # the first steps overflow at the initial scale: compare with FP32 skipping them
+        fp32 = fp32_twin(case.jobs()[FLOAT32], amp).run()
+        assert fp32.ok, fp32.explain()
+        assert fp32.optimizer_steps_taken == amp.optimizer_steps_taken
+    _assert_close(amp, fp32, case.fp16_rtol if dtype == FLOAT16 else case.rtol)
     if case.eval_autocast:
-        assert BFLOAT16 in amp.eval_dtypes, "the evaluation forward did not run under autocast"
-        assert BFLOAT16 not in fp32.eval_dtypes
+        assert dtype in amp.eval_dtypes, "the evaluation forward did not run under autocast"
+        assert dtype not in fp32.eval_dtypes
+
+
+@pytest.mark.parametrize("case", RUNNABLE, ids=str)
+def test_rewrite_survives_an_overflow_in_float16(case: Runnable) -> None:
+    run, at, fp32 = _overflow_runs(case)
+    assert_survives_overflow(_runs(case)[FLOAT16], run, at)
+    assert fp32.ok and fp32.optimizer_steps_taken == run.optimizer_steps_taken
+    _assert_close(run, fp32, case.fp16_rtol)
+    baseline = _runs(case)[FLOAT16]
+    # a scheduler stepped per iteration skips with the step; one stepped per epoch does not
+    assert run.scheduler_steps == baseline.scheduler_steps - case.step_scheduler
 
 
 def test_inference_only_script_autocasts_without_a_scaler() -> None:
