@@ -38,6 +38,13 @@ same way), after seeding and after installing these observers:
   changes nothing, as a grad scaler's skipped step does. An FP32 run told the attempts a
   float16 run skipped is that run's exact FP32 twin, which is what the tests compare with.
 
+CUDA's defaults on the CPU (`AMPREWRITE_TEST_CUDA_DEFAULTS=1`, part of the harness's float16
+environment): a `--plain` rewrite uses torch.amp with the device's defaults
+(`torch.autocast(amp_device)`, `GradScaler(amp_device, enabled=amp_device == "cuda")`), which
+`AMPREWRITE_DTYPE` cannot reach; with this set, a CPU autocast region opened without a dtype
+runs in float16 and a CPU grad scaler the script (not torch, not amprewrite_runtime) creates
+disabled is enabled, as on a GPU.
+
 The record is written when the script finishes, also when it raises (the traceback is kept
 and the exit status is 1) or calls `sys.exit` (its status is kept).
 """
@@ -58,6 +65,7 @@ import warnings
 MAX_ENTRIES = 5000  # cap on each recorded list; counters are not capped
 OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # what run_script(overflow_at=N) sets
 SKIP_ENV = "AMPREWRITE_TEST_SKIP_AT"  # what run_script(skip_at=[...]) sets
+CUDA_DEFAULTS_ENV = "AMPREWRITE_TEST_CUDA_DEFAULTS"
 
 # torch without numpy warns at import; that noise is not the script's.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -332,6 +340,31 @@ def _poison(optimizer) -> bool:
     return False
 
 
+def _install_cuda_defaults() -> None:
+    import torch
+    from torch.amp import autocast_mode, grad_scaler
+
+    autocast_init = autocast_mode.autocast.__init__
+
+    def autocast(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        if device_type == "cpu" and dtype is None:
+            dtype = torch.float16
+        autocast_init(self, device_type, dtype, enabled, cache_enabled)
+
+    scaler_init = grad_scaler.GradScaler.__init__
+
+    def grad_scaler_(self, device="cuda", *args, enabled=True, **kwargs):
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if device == "cpu" and not caller.startswith(("torch.", "amprewrite_runtime")):
+            enabled = True
+        scaler_init(self, device, *args, enabled=enabled, **kwargs)
+
+    autocast.__wrapped__ = autocast_init
+    grad_scaler_.__wrapped__ = scaler_init
+    autocast_mode.autocast.__init__ = autocast
+    grad_scaler.GradScaler.__init__ = grad_scaler_
+
+
 def _write(out_path: str, record: dict) -> None:
     tmp = out_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -358,6 +391,8 @@ def main(argv: list[str]) -> int:
         random.seed(0)
         torch.manual_seed(0)
         _install_observers(record)
+        if os.environ.pop(CUDA_DEFAULTS_ENV, ""):
+            _install_cuda_defaults()
         steps = _install_step_observers(
             record, int(overflow_at) if overflow_at else None, skip_at)
 

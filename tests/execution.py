@@ -59,7 +59,10 @@ FLOAT16 = "torch.float16"
 # AMPREWRITE_DTYPE for each low-precision run of a rewritten script: the CPU's default
 # (bfloat16, no loss scaling) and the CUDA path (float16, dynamic loss scaling on).
 BFLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "bfloat16"}
-FLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "float16"}
+# (`--plain` rewrites use torch.amp with the device's defaults: the CUDA ones, see
+# tests/_bootstrap.py, make them run in float16 with an enabled scaler too)
+FLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "float16",
+                               "AMPREWRITE_TEST_CUDA_DEFAULTS": "1"}
 DTYPE_ENVS: dict[str, dict[str, str]] = {BFLOAT16: BFLOAT16_ENV, FLOAT16: FLOAT16_ENV}
 # One intra-op thread: the fixtures' models are tiny, and on a 2-core machine two threads
 # only contend (a run takes 3-4x longer); runs go side by side instead (`run_scripts`).

@@ -27,6 +27,7 @@ from tests.execution import (
     FLOAT16,
     FLOAT16_ENV,
     FLOAT32,
+    ONE_THREAD,
     Job,
     ScriptRun,
     assert_survives_overflow,
@@ -137,13 +138,14 @@ def test_rewrite_survives_an_overflow_in_float16(case: Runnable) -> None:
     assert run.scheduler_steps == baseline.scheduler_steps - case.step_scheduler
 
 
-def test_inference_only_script_autocasts_without_a_scaler() -> None:
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_inference_only_script_autocasts_without_a_scaler(dtype: str) -> None:
     directory = FIXTURES_DIR / "inference_only"
-    fp32 = run_script(directory / "input.py")
-    amp = run_script(directory / "expected_O1.py")
+    fp32, amp = run_scripts([Job.of(directory / "input.py"),
+                             Job.of(directory / "expected_O1.py", env=DTYPE_ENVS[dtype])])
     assert fp32.ok and amp.ok, amp.explain()
     assert set(fp32.eval_dtypes) == {FLOAT32}
-    assert BFLOAT16 in amp.eval_dtypes
+    assert dtype in amp.eval_dtypes
     assert "GradScaler" not in (directory / "expected_O1.py").read_text()
 
 
@@ -165,18 +167,35 @@ CAST_MODEL_CASES = [
     ("toplevel_loop", "O3"),
     ("main_loop", "O3"),
 ]
+O3_ADAM_IN_FLOAT16 = pytest.mark.xfail(
+    strict=True, reason="O3 keeps no float32 master weights: in float16 AdamW's eps=1e-8 "
+    "rounds to 0, the first step makes the weights non-finite and every later step is skipped "
+    "(apex's O3 is a speed baseline; bfloat16 trains)")
+CAST_MODEL_RUNS = [
+    pytest.param(name, style, dtype, id=f"{name}-{style}-{dtype}",
+                 marks=[O3_ADAM_IN_FLOAT16] if (name, dtype) == ("main_loop", FLOAT16) else [])
+    for name, style in CAST_MODEL_CASES for dtype in LOW_PRECISION
+]
 
 
-@pytest.mark.parametrize(("name", "style"), CAST_MODEL_CASES, ids=lambda v: str(v))
-def test_cast_model_levels_train_in_low_precision(name: str, style: str) -> None:
-    """O2/O3 rewrites cast the model: the forward runs in bfloat16 with no autocast at all,
-    and training still brings the loss down like FP32 does."""
+@pytest.mark.parametrize(("name", "style", "dtype"), CAST_MODEL_RUNS)
+def test_cast_model_levels_train_in_low_precision(name: str, style: str, dtype: str) -> None:
+    """O2/O3 rewrites cast the model: the forward runs in low precision with no autocast at
+    all, and training still brings the loss down like FP32 does (float16: like the FP32 run
+    that skips the same steps). In float16 an injected overflow is skipped too (O2 unscales
+    the float32 master gradients, O3 the float16 ones)."""
     directory = FIXTURES_DIR / name
-    fp32 = run_script(directory / "input.py")
-    cast = run_script(directory / f"expected_{style}.py")
+    fp32_job = Job.of(directory / "input.py")
+    cast_job = Job.of(directory / f"expected_{style}.py", env=DTYPE_ENVS[dtype])
+    fp32, cast = run_scripts([fp32_job, cast_job])
     assert cast.ok, cast.explain()
-    assert set(cast.train_dtypes) == {BFLOAT16}
+    assert set(cast.train_dtypes) == {dtype}
     assert cast.autocast_forwards == 0  # O2/O3 do not patch functions
+    if dtype == FLOAT16:
+        at = overflow_step(cast)
+        overflowed = Job(cast_job.path, env=cast_job.env, overflow_at=at)
+        fp32, injected = run_scripts([fp32_twin(fp32_job, cast), overflowed])
+        assert_survives_overflow(cast, injected, at)
     assert all(math.isfinite(loss) for loss in cast.losses)
     assert len(cast.losses) == len(fp32.losses)
     assert cast.losses[-1] < cast.losses[0]
@@ -190,19 +209,24 @@ def test_o2_script_runs_at_o1_through_the_environment() -> None:
     assert BFLOAT16 in o1.train_dtypes and o1.autocast_forwards > 0
 
 
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
 @pytest.mark.parametrize("level", ["O1", "O2"])
-def test_migrated_apex_script_runs_without_apex(level: str, tmp_path) -> None:
+def test_migrated_apex_script_runs_without_apex(level: str, dtype: str, tmp_path) -> None:
     """apex is gone: the migrated script trains at the level it asks for, saves the scaler in
     its checkpoint and resumes from it; FP32 (O0 by environment) is the baseline."""
     script = FIXTURES_DIR / "migrate_apex_amp" / "expected_O1.py"
     checkpoint = tmp_path / "ckpt.pt"
-    fp32 = run_script(script, ["--opt-level", level], env={"AMPREWRITE_OPT_LEVEL": "O0"})
-    amp = run_script(script, ["--opt-level", level, "--checkpoint", str(checkpoint)])
+    env = DTYPE_ENVS[dtype]
+    fp32_job = Job.of(script, ["--opt-level", level], {"AMPREWRITE_OPT_LEVEL": "O0"})
+    fp32, amp = run_scripts([
+        fp32_job, Job.of(script, ["--opt-level", level, "--checkpoint", str(checkpoint)], env)])
     assert fp32.ok and amp.ok, amp.explain()
     assert set(fp32.train_dtypes) == {FLOAT32}
-    assert BFLOAT16 in amp.train_dtypes
+    assert dtype in amp.train_dtypes
+    if dtype == FLOAT16:
+        fp32 = fp32_twin(fp32_job, amp).run()
     assert amp.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.1)
-    resumed = run_script(script, ["--opt-level", level, "--resume", str(checkpoint)])
+    resumed = run_script(script, ["--opt-level", level, "--resume", str(checkpoint)], env=env)
     assert resumed.ok, resumed.explain()
     assert resumed.losses[0] < amp.losses[0]  # it starts from the trained weights
 
@@ -226,7 +250,10 @@ for _ in range(5):
 '''
 
 
-def test_migrated_torch_cuda_amp_script_runs_on_the_cpu_without_deprecation(tmp_path) -> None:
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_migrated_torch_cuda_amp_script_runs_on_the_cpu_without_deprecation(
+    tmp_path, dtype: str
+) -> None:
     from amprewrite.engine import rewrite_source
     from amprewrite.options import Options
 
@@ -234,14 +261,16 @@ def test_migrated_torch_cuda_amp_script_runs_on_the_cpu_without_deprecation(tmp_
     assert b"torch.cpu.amp" not in migrated.source and b"torch.cuda.amp" not in migrated.source
     script = tmp_path / "legacy.py"
     script.write_bytes(migrated.source)
-    run = run_script(script, env={"PYTHONWARNINGS": "error::FutureWarning"})
+    run = run_script(script, env={"PYTHONWARNINGS": "error::FutureWarning", **DTYPE_ENVS[dtype]})
     assert run.ok, run.explain()
-    assert BFLOAT16 in run.train_dtypes and len(run.losses) == 5
+    assert dtype in run.train_dtypes and len(run.losses) == 5
 
 
-def test_reproducible_rewrite_gives_bitwise_identical_runs() -> None:
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_reproducible_rewrite_gives_bitwise_identical_runs(dtype: str) -> None:
     script = FIXTURES_DIR / "rule_reproducible" / "expected_O1_reproducible.py"
-    first, second = run_script(script), run_script(script)
+    env = {**ONE_THREAD, **DTYPE_ENVS[dtype]}
+    first, second = run_script(script, env=env), run_script(script, env=env)
     assert first.ok, first.explain()
     assert first.losses == second.losses and len(first.losses) > 0  # exactly equal
-    assert BFLOAT16 in first.train_dtypes
+    assert dtype in first.train_dtypes
