@@ -274,3 +274,57 @@ def test_reproducible_rewrite_gives_bitwise_identical_runs(dtype: str) -> None:
     assert first.ok, first.explain()
     assert first.losses == second.losses and len(first.losses) > 0  # exactly equal
     assert dtype in first.train_dtypes
+
+
+RECURRENT = b'''import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Tagger(nn.Module):
+    def __init__(self, cell):
+        super().__init__()
+        self.rnn = cell(6, 16, num_layers=2, batch_first=True)
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out)
+
+
+x, y = torch.randn(32, 5, 6), torch.randn(32, 5, 1)
+for cell in (nn.LSTM, nn.GRU):
+    model = Tagger(cell)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(12):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+'''
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_recurrent_models_train_in_low_precision(tmp_path, dtype: str) -> None:
+    """LSTM and GRU rewrites run in both dtypes. This AVX2 CPU's oneDNN has no bfloat16 or
+    float16 LSTM kernel ("could not create a primitive descriptor for the LSTM"): the
+    runtime's regions run the LSTM in float32 there (tests/runtime/test_cpu_rnn.py), the
+    Linear head in `dtype`."""
+    from amprewrite.engine import rewrite_source
+    from amprewrite.options import Options
+
+    source, rewritten = tmp_path / "input.py", tmp_path / "rewritten.py"
+    source.write_bytes(RECURRENT)
+    rewritten.write_bytes(rewrite_source(RECURRENT, Options()).source)
+    fp32_job = Job.of(source)
+    fp32, amp = run_scripts([fp32_job, Job.of(rewritten, env=DTYPE_ENVS[dtype])])
+    assert amp.ok, amp.explain()
+    assert dtype in amp.train_dtypes and len(amp.losses) == len(fp32.losses) == 24
+    if dtype == FLOAT16:
+        fp32 = fp32_twin(fp32_job, amp).run()
+        at = overflow_step(amp)
+        assert_survives_overflow(amp, Job.of(rewritten, env=FLOAT16_ENV, overflow_at=at).run(),
+                                 at)
+    for model in (slice(0, 12), slice(12, 24)):  # LSTM, then GRU
+        assert amp.losses[model][-1] == pytest.approx(fp32.losses[model][-1], rel=0.05)

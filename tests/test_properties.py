@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from amprewrite.engine import rewrite_source
 from amprewrite.options import Options
-from tests.execution import run_script
+from tests.execution import (
+    DTYPE_ENVS,
+    FLOAT16_ENV,
+    Job,
+    assert_survives_overflow,
+    overflow_step,
+    run_scripts,
+)
 from tests.script_parts import Parts, script
 
 PARTS = st.builds(
@@ -84,8 +91,14 @@ def test_rewrite_invariants(parts: Parts) -> None:
 def test_rewritten_scripts_run_on_the_cpu(
     tmp_path_factory: pytest.TempPathFactory, parts: Parts
 ) -> None:
+    """Each generated rewrite runs in bfloat16 and float16, then in float16 with an overflow
+    injected midway (see tests/execution.py), which it must skip and survive."""
     path = tmp_path_factory.mktemp("generated") / "train.py"
     path.write_bytes(rewrite_source(script(parts).encode(), Options()).source)
-    run = run_script(path)
-    assert run.ok, run.explain() + "\n" + path.read_text()
-    assert "torch.bfloat16" in run.train_dtypes
+    runs = run_scripts([Job.of(path, env=env) for env in DTYPE_ENVS.values()])
+    for dtype, run in zip(DTYPE_ENVS, runs, strict=True):
+        assert run.ok, run.explain() + "\n" + path.read_text()
+        assert dtype in run.train_dtypes
+    baseline = runs[-1]
+    at = overflow_step(baseline)
+    assert_survives_overflow(baseline, Job.of(path, env=FLOAT16_ENV, overflow_at=at).run(), at)
