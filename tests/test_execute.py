@@ -195,7 +195,7 @@ def test_cast_model_levels_train_in_low_precision(name: str, style: str, dtype: 
         at = overflow_step(cast)
         overflowed = Job(cast_job.path, env=cast_job.env, overflow_at=at)
         fp32, injected = run_scripts([fp32_twin(fp32_job, cast), overflowed])
-        assert_survives_overflow(cast, injected, at)
+        assert_survives_overflow(cast, injected, at, static_scale=style == "O3")
     assert all(math.isfinite(loss) for loss in cast.losses)
     assert len(cast.losses) == len(fp32.losses)
     assert cast.losses[-1] < cast.losses[0]
@@ -250,10 +250,9 @@ for _ in range(5):
 '''
 
 
-@pytest.mark.parametrize("dtype", LOW_PRECISION)
-def test_migrated_torch_cuda_amp_script_runs_on_the_cpu_without_deprecation(
-    tmp_path, dtype: str
-) -> None:
+def test_migrated_torch_cuda_amp_script_runs_on_the_cpu_without_deprecation(tmp_path) -> None:
+    """bfloat16 only: the author's `autocast(True, torch.bfloat16)` fixes the dtype, and the
+    migration keeps it (neither AMPREWRITE_DTYPE nor CUDA's defaults reach it)."""
     from amprewrite.engine import rewrite_source
     from amprewrite.options import Options
 
@@ -261,9 +260,9 @@ def test_migrated_torch_cuda_amp_script_runs_on_the_cpu_without_deprecation(
     assert b"torch.cpu.amp" not in migrated.source and b"torch.cuda.amp" not in migrated.source
     script = tmp_path / "legacy.py"
     script.write_bytes(migrated.source)
-    run = run_script(script, env={"PYTHONWARNINGS": "error::FutureWarning", **DTYPE_ENVS[dtype]})
+    run = run_script(script, env={"PYTHONWARNINGS": "error::FutureWarning"})
     assert run.ok, run.explain()
-    assert dtype in run.train_dtypes and len(run.losses) == 5
+    assert BFLOAT16 in run.train_dtypes and len(run.losses) == 5
 
 
 @pytest.mark.parametrize("dtype", LOW_PRECISION)

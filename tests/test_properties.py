@@ -3,6 +3,7 @@ invariants of a correct AMP training step."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import libcst as cst
@@ -16,8 +17,6 @@ from tests.execution import (
     DTYPE_ENVS,
     FLOAT16_ENV,
     Job,
-    assert_survives_overflow,
-    overflow_step,
     run_scripts,
 )
 from tests.script_parts import Parts, script
@@ -99,6 +98,10 @@ def test_rewritten_scripts_run_on_the_cpu(
     for dtype, run in zip(DTYPE_ENVS, runs, strict=True):
         assert run.ok, run.explain() + "\n" + path.read_text()
         assert dtype in run.train_dtypes
-    baseline = runs[-1]
-    at = overflow_step(baseline)
-    assert_survives_overflow(baseline, Job.of(path, env=FLOAT16_ENV, overflow_at=at).run(), at)
+    # in the middle of the run (natural overflows come and go at these tiny scales): the
+    # injected step is skipped and the run ends with finite losses
+    at = runs[-1].optimizer_steps // 2 + 1
+    run = Job.of(path, env=FLOAT16_ENV, overflow_at=at).run()
+    assert run.ok, run.explain() + "\n" + path.read_text()
+    assert run.overflow_injected_at == at and at in run.skipped_at
+    assert all(math.isfinite(loss) for loss in run.losses)
