@@ -15,6 +15,35 @@ same way), after seeding and after installing these observers:
 * a global module forward hook records the output dtype of every `nn.Linear` / `nn.Conv*`
   forward, split by whether grad mode was on (training) or off (`no_grad` /
   `inference_mode`: evaluation), with whether autocast was active.
+* optimizer steps are counted as *attempts*, numbered from 1 in call order: each
+  `torch.amp.GradScaler.step(opt)` (of an enabled or disabled scaler; amprewrite_runtime's
+  GradScaler goes through it when it scales) and each `opt.step()` called directly, whatever
+  the dtype. An explicit `GradScaler.unscale_(opt)` already opens the attempt its step
+  belongs to (it is where an enabled scaler looks for inf/NaN), so an attempt the script
+  abandons after unscaling (a skip branch's `continue`) still counts. An attempt is *taken*
+  when the optimizer's own `step()` ran, *skipped* otherwise (the scaler found inf/NaN, or
+  the script skipped it); `update()` closes what is still open. Also recorded: the scale
+  after every `update()` of an enabled scaler, and every `LRScheduler.step()` after the one
+  its constructor makes.
+* overflow injection (`AMPREWRITE_TEST_OVERFLOW_AT=N`, removed from the script's
+  environment): at attempt N, before anything looks at the gradients (before the unscale_
+  that checks them, or before a direct `opt.step()`), one element of the first gradient of
+  `opt` (first param group, first parameter with a dense gradient) becomes inf, as a float16
+  overflow in backward would. Where that optimizer holds no gradient yet, the next attempt
+  gets it. With an enabled grad scaler (a float16 rewrite) the step is skipped and the scale
+  backs off; without one (FP32, bfloat16) the inf reaches the weights, so only float16 runs
+  are injected in the tests.
+* step replay (`AMPREWRITE_TEST_SKIP_AT=3,7`, removed likewise): the direct `opt.step()` of
+  those attempts runs with every gradient of `opt` set aside (restored right after), so it
+  changes nothing, as a grad scaler's skipped step does. An FP32 run told the attempts a
+  float16 run skipped is that run's exact FP32 twin, which is what the tests compare with.
+
+CUDA's defaults on the CPU (`AMPREWRITE_TEST_CUDA_DEFAULTS=1`, part of the harness's float16
+environment): a `--plain` rewrite uses torch.amp with the device's defaults
+(`torch.autocast(amp_device)`, `GradScaler(amp_device, enabled=amp_device == "cuda")`), which
+`AMPREWRITE_DTYPE` cannot reach; with this set, a CPU autocast region opened without a dtype
+runs in float16 and a CPU grad scaler the script (not torch, not amprewrite_runtime) creates
+disabled is enabled, as on a GPU.
 
 The record is written when the script finishes, also when it raises (the traceback is kept
 and the exit status is 1) or calls `sys.exit` (its status is kept).
@@ -34,6 +63,9 @@ import traceback
 import warnings
 
 MAX_ENTRIES = 5000  # cap on each recorded list; counters are not capped
+OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # what run_script(overflow_at=N) sets
+SKIP_ENV = "AMPREWRITE_TEST_SKIP_AT"  # what run_script(skip_at=[...]) sets
+CUDA_DEFAULTS_ENV = "AMPREWRITE_TEST_CUDA_DEFAULTS"
 
 # torch without numpy warns at import; that noise is not the script's.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -60,6 +92,15 @@ def _new_record(script: str, args: list[str]) -> dict:
         "forwards": [],  # [module class, dtype, grad enabled, autocast enabled]
         "dtype_counts": {"train": {}, "eval": {}},
         "forward_count": 0,
+        # optimizer steps (see the module docstring)
+        "optimizer_steps": 0,  # attempts
+        "optimizer_steps_taken": 0,  # attempts whose optimizer.step() ran
+        "skipped_at": [],  # 1-based attempt numbers not taken
+        "scaler_updates": 0,  # update() calls of an enabled torch GradScaler
+        "scales": [],  # the scale after each of those updates
+        "scheduler_steps": 0,  # LRScheduler.step() calls, the constructor's own left out
+        "overflow_at": None,  # the attempt asked for (AMPREWRITE_TEST_OVERFLOW_AT)
+        "overflow_injected_at": None,  # the attempt whose gradient got the inf
         "truncated": False,  # some list hit MAX_ENTRIES
     }
 
@@ -161,6 +202,169 @@ def _install_observers(record: dict) -> None:
     nn.modules.module.register_module_forward_hook(forward_hook)
 
 
+def _install_step_observers(
+    record: dict, overflow_at: int | None, skip_at: frozenset[int]
+) -> StepObserver:
+    from torch.amp import grad_scaler
+    from torch.optim import lr_scheduler
+    from torch.optim import optimizer as optim_module
+
+    steps = StepObserver(record, overflow_at)
+    set_aside: dict[int, list] = {}  # id(optimizer) -> [(param, grad)] during a replayed skip
+    scaler_cls = grad_scaler.GradScaler
+    original_unscale, original_step = scaler_cls.unscale_, scaler_cls.step
+    original_update = scaler_cls.update
+
+    def unscale_(self, optimizer):
+        if steps.depth == 0 and self.is_enabled():
+            steps.announce(optimizer)
+        steps.depth += 1
+        try:
+            return original_unscale(self, optimizer)
+        finally:
+            steps.depth -= 1
+
+    def step(self, optimizer, *args, **kwargs):
+        if steps.depth == 0:
+            steps.announce(optimizer)
+        steps.depth += 1
+        try:
+            return original_step(self, optimizer, *args, **kwargs)
+        finally:
+            steps.depth -= 1
+
+    def update(self, new_scale=None):
+        result = original_update(self, new_scale)
+        steps.close_open_attempts()
+        if self.is_enabled():
+            record["scaler_updates"] += 1
+            _append(record, "scales", float(self.get_scale()))
+        return result
+
+    for name, wrapper, original in (("unscale_", unscale_, original_unscale),
+                                    ("step", step, original_step),
+                                    ("update", update, original_update)):
+        wrapper.__wrapped__ = original
+        setattr(scaler_cls, name, wrapper)
+
+    def before_optimizer_step(optimizer, args, kwargs):
+        if steps.depth == 0:  # a direct opt.step(), not one a scaler makes
+            steps.announce(optimizer)
+            if steps.open.get(id(optimizer)) in skip_at:
+                set_aside[id(optimizer)] = _set_grads_aside(optimizer)
+        steps.depth += 1
+
+    def after_optimizer_step(optimizer, args, kwargs):
+        steps.depth -= 1
+        grads = set_aside.pop(id(optimizer), None)
+        if grads is None:
+            steps.taken(optimizer)
+            return
+        for param, grad in grads:
+            param.grad = grad
+        steps.open.pop(id(optimizer), None)  # replayed as skipped
+
+    optim_module.register_optimizer_step_pre_hook(before_optimizer_step)
+    optim_module.register_optimizer_step_post_hook(after_optimizer_step)
+
+    base_step = lr_scheduler.LRScheduler.step
+
+    def scheduler_step(self, *args, **kwargs):
+        result = base_step(self, *args, **kwargs)
+        if getattr(self, "_step_count", 2) > 1:  # 1 after the constructor's initial step
+            record["scheduler_steps"] += 1
+        return result
+
+    scheduler_step.__wrapped__ = base_step
+    lr_scheduler.LRScheduler.step = scheduler_step
+    return steps
+
+
+class StepObserver:
+    """Numbers optimizer step attempts, tells taken from skipped, injects the overflow."""
+
+    def __init__(self, record: dict, overflow_at: int | None) -> None:
+        self.record = record
+        self.overflow_at = overflow_at
+        self.depth = 0  # > 0 inside a scaler's unscale_/step or an optimizer's step
+        self.open: dict[int, int] = {}  # id(optimizer) -> its attempt not yet taken
+        self.taken_attempts: set[int] = set()
+        record["overflow_at"] = overflow_at
+
+    def announce(self, optimizer) -> None:
+        """A step of `optimizer` is coming: number it (once) and inject when it is due."""
+        if id(optimizer) in self.open:
+            return  # announced by its unscale_: the gradients were checked there
+        self.record["optimizer_steps"] += 1
+        attempt = self.open[id(optimizer)] = self.record["optimizer_steps"]
+        due = self.overflow_at is not None and self.record["overflow_injected_at"] is None
+        if due and attempt >= self.overflow_at and _poison(optimizer):
+            self.record["overflow_injected_at"] = attempt
+
+    def taken(self, optimizer) -> None:
+        attempt = self.open.pop(id(optimizer), None)
+        if attempt is not None:
+            self.taken_attempts.add(attempt)
+            self.record["optimizer_steps_taken"] += 1
+
+    def close_open_attempts(self) -> None:
+        self.open.clear()
+
+    def finish(self) -> None:
+        skipped = set(range(1, self.record["optimizer_steps"] + 1)) - self.taken_attempts
+        self.record["skipped_at"] = sorted(skipped)[:MAX_ENTRIES]
+
+
+def _set_grads_aside(optimizer) -> list:
+    """Set every gradient of `optimizer` to None (optimizers leave such parameters alone)."""
+    grads = []
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None:
+                grads.append((param, param.grad))
+                param.grad = None
+    return grads
+
+
+def _poison(optimizer) -> bool:
+    """Put an inf into the first dense gradient `optimizer` holds; False when it holds none."""
+    import torch
+
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            grad = getattr(param, "grad", None)
+            if isinstance(grad, torch.Tensor) and grad.layout == torch.strided:
+                with torch.no_grad():
+                    grad[(0,) * grad.dim()] = float("inf")
+                return True
+    return False
+
+
+def _install_cuda_defaults() -> None:
+    import torch
+    from torch.amp import autocast_mode, grad_scaler
+
+    autocast_init = autocast_mode.autocast.__init__
+
+    def autocast(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        if device_type == "cpu" and dtype is None:
+            dtype = torch.float16
+        autocast_init(self, device_type, dtype, enabled, cache_enabled)
+
+    scaler_init = grad_scaler.GradScaler.__init__
+
+    def grad_scaler_(self, device="cuda", *args, enabled=True, **kwargs):
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if device == "cpu" and not caller.startswith(("torch.", "amprewrite_runtime")):
+            enabled = True
+        scaler_init(self, device, *args, enabled=enabled, **kwargs)
+
+    autocast.__wrapped__ = autocast_init
+    grad_scaler_.__wrapped__ = scaler_init
+    autocast_mode.autocast.__init__ = autocast
+    grad_scaler.GradScaler.__init__ = grad_scaler_
+
+
 def _write(out_path: str, record: dict) -> None:
     tmp = out_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -177,6 +381,9 @@ def main(argv: list[str]) -> int:
     record = _new_record(script, args)
     started = time.perf_counter()
     exit_code = 0
+    overflow_at = os.environ.pop(OVERFLOW_ENV, None)
+    skip_at = frozenset(int(v) for v in os.environ.pop(SKIP_ENV, "").split(",") if v)
+    steps = None
     try:
         import torch
 
@@ -184,6 +391,10 @@ def main(argv: list[str]) -> int:
         random.seed(0)
         torch.manual_seed(0)
         _install_observers(record)
+        if os.environ.pop(CUDA_DEFAULTS_ENV, ""):
+            _install_cuda_defaults()
+        steps = _install_step_observers(
+            record, int(overflow_at) if overflow_at else None, skip_at)
 
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
@@ -204,6 +415,8 @@ def main(argv: list[str]) -> int:
         exit_code = 1
     finally:
         record["duration_s"] = round(time.perf_counter() - started, 4)
+        if steps is not None:
+            steps.finish()
         record["exit_code"] = exit_code
         sys.stdout.flush()
         _write(out_path, record)

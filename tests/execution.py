@@ -9,16 +9,38 @@ The subprocess is `python tests/_bootstrap.py OUT.json SCRIPT ARGS...` (see that
 what is observed and how). It runs on the CPU only (`CUDA_VISIBLE_DEVICES` is emptied), with
 `<repo>/runtime` (so `amprewrite_runtime`) and `<repo>` on `PYTHONPATH`, from the script's
 directory as working directory.
+
+The dtype a rewritten script runs in is the runtime's choice: bfloat16 on this CPU, float16
+with dynamic loss scaling (the CUDA path) under `env=FLOAT16_ENV`. Tests that execute a
+rewrite run it in both (see `DTYPE_ENVS`), and once more in float16 with an injected overflow:
+
+    run = run_script(script, env=FLOAT16_ENV, overflow_at=12)
+    assert run.overflow_injected_at == 12 and 12 in run.skipped_at
+
+`overflow_at=N` puts an inf into one gradient of the optimizer about to take the N-th
+optimizer step attempt (1-based, counted across all optimizers in call order), before the
+grad scaler checks it: an enabled scaler must skip exactly that step and back off its scale,
+and the script must carry on (skip branches, `update()` on every path, scheduler guards).
+Without an enabled scaler (FP32, bfloat16) the inf reaches the weights, so inject float16
+runs only. `tests/_bootstrap.py` says exactly what counts as an attempt.
+
+A float16 run skips the steps whose gradients overflowed (the first few, at the initial scale
+65536, and the injected one), so it is compared with its FP32 twin: the FP32 script run with
+`skip_at=fp16_run.skipped_at`, whose optimizer steps at those attempts change nothing
+(`fp32_twin`). Both then take the same steps, and the losses agree to float16's precision.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,10 +49,24 @@ REPO_ROOT = TESTS_DIR.parent
 RUNTIME_DIR = REPO_ROOT / "runtime"
 FIXTURES_DIR = REPO_ROOT / "fixtures"
 BOOTSTRAP = TESTS_DIR / "_bootstrap.py"
+OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # read (and hidden from the script) by the bootstrap
+SKIP_ENV = "AMPREWRITE_TEST_SKIP_AT"  # likewise
 
 FLOAT32 = "torch.float32"
 BFLOAT16 = "torch.bfloat16"
 FLOAT16 = "torch.float16"
+
+# AMPREWRITE_DTYPE for each low-precision run of a rewritten script: the CPU's default
+# (bfloat16, no loss scaling) and the CUDA path (float16, dynamic loss scaling on).
+BFLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "bfloat16"}
+# (`--plain` rewrites use torch.amp with the device's defaults: the CUDA ones, see
+# tests/_bootstrap.py, make them run in float16 with an enabled scaler too)
+FLOAT16_ENV: dict[str, str] = {"AMPREWRITE_DTYPE": "float16",
+                               "AMPREWRITE_TEST_CUDA_DEFAULTS": "1"}
+DTYPE_ENVS: dict[str, dict[str, str]] = {BFLOAT16: BFLOAT16_ENV, FLOAT16: FLOAT16_ENV}
+# One intra-op thread: the fixtures' models are tiny, and on a 2-core machine two threads
+# only contend (a run takes 3-4x longer); runs go side by side instead (`run_scripts`).
+ONE_THREAD: dict[str, str] = {"AMPREWRITE_TEST_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 @dataclass
@@ -58,6 +94,15 @@ class ScriptRun:
     error_type: str | None = None
     timed_out: bool = False
     duration_s: float | None = None  # time spent in the script itself (after torch import)
+    # Optimizer step attempts (1-based, all optimizers, see tests/_bootstrap.py): how many,
+    # how many really stepped, and which did not (inf/NaN found by the scaler, or abandoned).
+    optimizer_steps: int = 0
+    optimizer_steps_taken: int = 0
+    skipped_at: list[int] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)  # after each enabled scaler update()
+    scheduler_steps: int = 0  # LRScheduler.step() calls after construction
+    overflow_at: int | None = None  # as asked
+    overflow_injected_at: int | None = None  # the attempt whose gradient got the inf
     record: dict = field(default_factory=dict, repr=False)  # the raw JSON record
 
     @property
@@ -106,9 +151,14 @@ def run_script(
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
     cwd: Path | str | None = None,
+    overflow_at: int | None = None,
+    skip_at: Sequence[int] = (),
 ) -> ScriptRun:
     """Run `path` with `args` under the bootstrap on the CPU and return what it did.
 
+    `overflow_at=N` injects an inf into a gradient before the N-th optimizer step attempt
+    (1-based; see the module docstring): meant for float16 runs, which must skip that step.
+    `skip_at` makes the direct optimizer steps of those attempts no-ops (an FP32 twin).
     Never raises for a failing script: check `run.ok` / `run.returncode` (`run.explain()`
     makes a good assert message). A run past `timeout` seconds is killed and comes back with
     `timed_out=True` and returncode -9.
@@ -118,11 +168,18 @@ def run_script(
     with tempfile.TemporaryDirectory(prefix="amprewrite-run-") as tmp:
         out_json = Path(tmp) / "record.json"
         cmd = [sys.executable, str(BOOTSTRAP), str(out_json), str(script), *map(str, args)]
+        full_env = subprocess_env(env)
+        if overflow_at is not None:
+            if overflow_at < 1:
+                raise ValueError(f"overflow_at={overflow_at}: attempts are numbered from 1")
+            full_env[OVERFLOW_ENV] = str(overflow_at)
+        if skip_at:
+            full_env[SKIP_ENV] = ",".join(map(str, skip_at))
         try:
             proc = subprocess.run(
                 cmd,
                 cwd=workdir,
-                env=subprocess_env(env),
+                env=full_env,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -155,10 +212,84 @@ def run_script(
     run.error = record.get("error")
     run.error_type = record.get("error_type")
     run.duration_s = record.get("duration_s")
+    run.optimizer_steps = int(record.get("optimizer_steps", 0))
+    run.optimizer_steps_taken = int(record.get("optimizer_steps_taken", 0))
+    run.skipped_at = list(record.get("skipped_at", []))
+    run.scales = list(record.get("scales", []))
+    run.scheduler_steps = int(record.get("scheduler_steps", 0))
+    run.overflow_at = record.get("overflow_at")
+    run.overflow_injected_at = record.get("overflow_injected_at")
     return run
+
+
+@dataclass(frozen=True)
+class Job:
+    """One `run_script` call, hashable so that identical runs are made once per session."""
+
+    path: Path
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    overflow_at: int | None = None
+    skip_at: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, path: Path | str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+           overflow_at: int | None = None, skip_at: Sequence[int] = ()) -> Job:
+        merged = {**ONE_THREAD, **(env or {})}
+        return cls(Path(path).resolve(), tuple(map(str, args)), tuple(sorted(merged.items())),
+                   overflow_at, tuple(skip_at))
+
+    def run(self) -> ScriptRun:
+        return _cached_run(self)
+
+
+@functools.cache
+def _cached_run(job: Job) -> ScriptRun:
+    return run_script(job.path, job.args, env=dict(job.env), overflow_at=job.overflow_at,
+                      skip_at=job.skip_at)
+
+
+def run_scripts(jobs: Sequence[Job]) -> list[ScriptRun]:
+    """Run `jobs` side by side (one per CPU core, one thread each) and return their runs in
+    order. Runs are cached for the session: a job already run is not run again."""
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(Job.run, jobs))
 
 
 def _text(data: bytes | str | None) -> str:
     if data is None:
         return ""
     return data if isinstance(data, str) else data.decode("utf-8", "replace")
+
+
+def fp32_twin(fp32: Job, fp16_run: ScriptRun) -> Job:
+    """The FP32 run that skips the steps `fp16_run` skipped (see the module docstring)."""
+    return Job(fp32.path, fp32.args, fp32.env, skip_at=tuple(fp16_run.skipped_at))
+
+
+def overflow_step(baseline: ScriptRun) -> int:
+    """Where to inject into a float16 run: midway through the steps after the last one its
+    overflow-free `baseline` skipped by itself (the scale has settled there), so the
+    injected skip is the only new one."""
+    settled = max(baseline.skipped_at, default=0)
+    remaining = baseline.optimizer_steps - settled
+    assert remaining >= 2, f"no settled steps to inject into: {baseline.skipped_at}"
+    return settled + (remaining + 1) // 2
+
+
+def assert_survives_overflow(
+    baseline: ScriptRun, run: ScriptRun, at: int, static_scale: bool = False
+) -> None:
+    """`run` is `baseline` (float16, enabled scaler) with `overflow_at=at`: the inf was
+    injected there, that step and only that one more was skipped, the scale backed off
+    once (a static scale, O3's, stays), and the script carried on with finite losses."""
+    assert run.ok, run.explain()
+    assert run.overflow_injected_at == at, f"nothing to inject into at step {at}"
+    assert run.skipped_at == sorted([*baseline.skipped_at, at]), (
+        f"skipped {run.skipped_at}, {baseline.skipped_at} without the overflow")
+    assert run.optimizer_steps == baseline.optimizer_steps
+    assert len(run.losses) == len(baseline.losses)
+    assert all(math.isfinite(loss) for loss in run.losses), run.losses
+    backed_off = baseline.scales[-1] if static_scale else baseline.scales[-1] / 2
+    assert run.scales and run.scales[-1] == backed_off, (run.scales, baseline.scales)

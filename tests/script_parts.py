@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 torch.manual_seed(0)
-DATA = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(2)]
+DATA = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(8)]
 CKPT = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
 """
 
@@ -60,6 +60,8 @@ def _step(parts: Parts, indent: str, prefix: str = "") -> str:
         loss = f"{indent}loss = F.mse_loss(out, y)\n"
     step = [f"{indent}{prefix}optimizer.zero_grad()\n", comment,
             f"{indent}out = {prefix}model(x)\n", loss]
+    if parts.two_optimizers:  # gradients never zeroed keep a float16 overflow's inf forever
+        step.insert(1, f"{indent}{prefix}aux_optimizer.zero_grad()\n")
     if parts.accumulate:
         step.append(f"{indent}loss = loss / 2\n")
     step.append(f"{indent}loss.backward()\n")

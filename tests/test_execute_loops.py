@@ -7,6 +7,10 @@ close to FP32", every case checks the behaviour its rewrite exists for, mostly u
 unscaled gradients before clipping and logging, one scale per accumulated step, one
 `update()` after the last of two optimizers, the scaler's state in checkpoints, an LR schedule
 that follows the steps really taken, custom autograd Functions, and DDP worker processes.
+Every rewrite runs in bfloat16 and in float16, and (but DDP, whose workers the harness does
+not observe) once more in float16 with an overflow injected midway (`overflow_at`): exactly
+that step is skipped, the script's own schedule skips with it, and it trains on like its FP32
+twin (the FP32 run whose steps at the float16 run's skipped attempts change nothing).
 """
 
 from __future__ import annotations
@@ -24,28 +28,31 @@ from tests.execution import (
     BFLOAT16,
     FIXTURES_DIR,
     FLOAT16,
+    FLOAT16_ENV,
     FLOAT32,
+    ONE_THREAD,
     TESTS_DIR,
+    Job,
     ScriptRun,
+    assert_survives_overflow,
+    fp32_twin,
+    overflow_step,
     run_script,
 )
 
-# One intra-op thread: these models are tiny, and on a 2-core machine two threads only
-# contend (a run takes 3-4x longer); it also keeps float results reproducible.
-ONE_THREAD = {"AMPREWRITE_TEST_THREADS": "1", "OMP_NUM_THREADS": "1"}
-FP16 = {**ONE_THREAD, "AMPREWRITE_DTYPE": "float16"}  # loss scaling on, on the CPU
+FP16 = {**ONE_THREAD, **FLOAT16_ENV}  # loss scaling on, on the CPU
 MULTIPROC_DIR = TESTS_DIR / "_multiproc"  # holds the sitecustomize.py the DDP test uses
 
 
-def _fp32(case: str, args: tuple[str, ...] = (), **kw) -> ScriptRun:
-    run = run_script(FIXTURES_DIR / case / "input.py", args, env=ONE_THREAD, **kw)
+def _fp32(case: str, args: tuple[str, ...] = ()) -> ScriptRun:
+    run = Job.of(FIXTURES_DIR / case / "input.py", args).run()  # once per session
     assert run.ok, run.explain()
     assert run.train_dtypes and set(run.train_dtypes) == {FLOAT32}
     return run
 
 
-def _amp(case: str, args: tuple[str, ...] = (), env: dict | None = None, **kw) -> ScriptRun:
-    run = run_script(FIXTURES_DIR / case / "expected_O1.py", args, env=env or ONE_THREAD, **kw)
+def _amp(case: str, args: tuple[str, ...] = (), env: dict | None = None) -> ScriptRun:
+    run = Job.of(FIXTURES_DIR / case / "expected_O1.py", args, env).run()  # once per session
     assert run.ok, run.explain()
     assert all(math.isfinite(loss) for loss in run.losses), run.losses
     return run
@@ -58,6 +65,13 @@ def _assert_bf16_training(run: ScriptRun) -> None:
 def _assert_fp16_training(run: ScriptRun) -> None:
     assert FLOAT16 in run.train_dtypes, "AMPREWRITE_DTYPE=float16 was not honoured"
     assert any(run.backward_scaled), "no loss went through an enabled GradScaler"
+
+
+def _twin(case: str, args: tuple[str, ...], fp16: ScriptRun) -> ScriptRun:
+    """The FP32 run that skips the steps `fp16` skipped."""
+    run = fp32_twin(Job.of(FIXTURES_DIR / case / "input.py", args), fp16).run()
+    assert run.ok, run.explain()
+    return run
 
 
 def _floats(pattern: str, text: str) -> list[float]:
@@ -253,10 +267,16 @@ def test_rewritten_checkpoint_restores_the_fp16_loss_scale(tmp_path: Path) -> No
 CUSTOM = "custom_autograd_function"
 
 
-def test_custom_function_rewrite_trains_in_bf16_like_fp32() -> None:
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_custom_function_rewrite_trains_like_fp32(dtype: str) -> None:
     fp32 = _fp32(CUSTOM)
-    amp = _amp(CUSTOM)
-    _assert_bf16_training(amp)
+    if dtype == "float16":
+        amp = _amp(CUSTOM, env=FP16)
+        _assert_fp16_training(amp)
+        fp32 = _twin(CUSTOM, (), amp)
+    else:
+        amp = _amp(CUSTOM)
+        _assert_bf16_training(amp)
     assert amp.autocast_forwards > 0
     assert len(amp.losses) == len(fp32.losses) == 60
     assert fp32.losses[-1] < 0.5 * fp32.losses[0]  # the baseline learns
@@ -320,8 +340,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _ddp_run(script: Path, log: Path) -> tuple[ScriptRun, dict[str, float], Counter]:
-    env = {**ONE_THREAD, "PYTHONPATH": str(MULTIPROC_DIR), "AMPREWRITE_FORWARD_LOG": str(log)}
+def _ddp_run(
+    script: Path, log: Path, dtype_env: dict[str, str] | None = None
+) -> tuple[ScriptRun, dict[str, float], Counter]:
+    env = {**ONE_THREAD, "PYTHONPATH": str(MULTIPROC_DIR), "AMPREWRITE_FORWARD_LOG": str(log),
+           **(dtype_env or {})}
     for _attempt in range(2):
         log.unlink(missing_ok=True)
         run = run_script(script, ("--port", str(_free_port())), env=env, timeout=60)
@@ -349,14 +372,66 @@ def _gloo_teardown_abort(run: ScriptRun) -> bool:
             and len(re.findall(RANK_LOSS, run.stdout)) == 2)
 
 
-def test_ddp_workers_train_in_bf16_like_fp32(tmp_path: Path) -> None:
-    fp32, losses32, forwards32 = _ddp_run(FIXTURES_DIR / DDP / "input.py", tmp_path / "fp32.log")
-    amp, losses, forwards = _ddp_run(FIXTURES_DIR / DDP / "expected_O1.py", tmp_path / "amp.log")
+@pytest.fixture(scope="module")
+def ddp_fp32(tmp_path_factory: pytest.TempPathFactory) -> tuple[ScriptRun, dict, Counter]:
+    return _ddp_run(FIXTURES_DIR / DDP / "input.py", tmp_path_factory.mktemp("ddp") / "fp32.log")
+
+
+# float16: the first steps overflow and are skipped (the workers' runs have no FP32 twin: the
+# harness does not observe them), so its final losses trail FP32's a little more
+@pytest.mark.parametrize(("dtype", "rtol"), [(BFLOAT16, 0.03), (FLOAT16, 0.1)])
+def test_ddp_workers_train_in_low_precision_like_fp32(
+    ddp_fp32, tmp_path: Path, dtype: str, rtol: float
+) -> None:
+    fp32, losses32, forwards32 = ddp_fp32
+    env = FLOAT16_ENV if dtype == FLOAT16 else {}
+    amp, losses, forwards = _ddp_run(FIXTURES_DIR / DDP / "expected_O1.py",
+                                     tmp_path / "amp.log", env)
     # 3 epochs x 8 batches x 2 Linear layers per rank, all forwards in the workers
     assert forwards32 == {("0", FLOAT32): 48, ("1", FLOAT32): 48}
-    assert forwards == {("0", BFLOAT16): 48, ("1", BFLOAT16): 48}
+    assert forwards == {("0", dtype): 48, ("1", dtype): 48}
     assert not fp32.train_dtypes and not amp.train_dtypes  # the parent process trains nothing
     assert set(losses) == set(losses32) == {"0", "1"}
     for rank in ("0", "1"):
         assert math.isfinite(losses[rank])
-        assert losses[rank] == pytest.approx(losses32[rank], rel=0.03), rank
+        assert losses[rank] == pytest.approx(losses32[rank], rel=rtol), rank
+
+
+# 8. an overflow in float16 ----------------------------------------------------------------
+# Each rewrite above, in float16 with an inf injected into one gradient midway: the scaler
+# must skip exactly that step wherever the script unscales (before clipping, after the last
+# micro-batch, after the second optimizer's backward), every path must reach update(), and
+# the run trains on like its FP32 twin. The per-step scheduler must skip with the step.
+
+OVERFLOW_CASES = [
+    pytest.param(CLIP, ("--clip", "1.0"), id="clip"),
+    pytest.param(CLIP, ("--clip", "0"), id="grad-norm-log"),
+    pytest.param(ACCUM, (), id="accumulation"),
+    pytest.param(MULTI, (), id="two-optimizers"),
+    pytest.param(CKPT, ("--epochs", "2"), id="checkpoint"),
+    pytest.param(CUSTOM, (), id="custom-function"),
+    pytest.param(SCHED, (), id="scheduler"),
+]
+
+
+@pytest.mark.parametrize(("case", "args"), OVERFLOW_CASES)
+def test_rewrite_survives_an_overflow_in_float16(
+    case: str, args: tuple[str, ...], tmp_path: Path
+) -> None:
+    if case == CKPT:
+        args = (*args, "--checkpoint", str(tmp_path / "ckpt.pt"))
+    script = FIXTURES_DIR / case / "expected_O1.py"
+    baseline = Job.of(script, args, FLOAT16_ENV).run()
+    assert baseline.ok, baseline.explain()
+    at = overflow_step(baseline)
+    run = Job.of(script, args, FLOAT16_ENV, overflow_at=at).run()
+    assert_survives_overflow(baseline, run, at)
+    _assert_fp16_training(run)
+    if case == SCHED:  # the guard: one scheduler step per optimizer step really taken
+        assert run.scheduler_steps == baseline.scheduler_steps - 1 == run.optimizer_steps_taken
+        (sched, opt), = re.findall(STEPS_LINE, run.stdout)
+        assert int(sched) == int(opt) == run.optimizer_steps_taken
+        return  # its FP32 twin would still step the schedule at the skipped steps
+    twin = _twin(case, args, run)
+    assert twin.optimizer_steps_taken == run.optimizer_steps_taken
+    assert _mean_tail(run.losses) == pytest.approx(_mean_tail(twin.losses), rel=0.03)

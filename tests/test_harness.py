@@ -174,3 +174,58 @@ def test_copy_of_fixture_runs_from_elsewhere(tmp_path: Path) -> None:
     assert run.ok, run.explain()
     assert run.losses == [] and run.linear_dtypes == []
     assert "one-hot ok" in run.stdout
+
+
+STEPPING = """
+import sys
+
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.9)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, enabled=sys.argv[1] == "scaled")
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for i in range(6):
+    optimizer.zero_grad()
+    scaler.scale(torch.nn.functional.mse_loss(model(x), y)).backward()
+    if i == 4:  # a skip branch: unscaled, then abandoned
+        scaler.unscale_(optimizer)
+        scaler.update()
+        continue
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    if scaler.get_scale() >= scale:  # the scheduler guard
+        scheduler.step()
+print("finite weights:", bool(torch.isfinite(model.weight).all()))
+"""
+
+
+def test_overflow_injection_is_skipped_by_an_enabled_scaler(tmp_path: Path) -> None:
+    script = _write(tmp_path / "stepping.py", STEPPING)
+    clean = run_script(script, ["scaled"])
+    run = run_script(script, ["scaled"], overflow_at=3)
+    assert clean.ok and run.ok, run.explain()
+    assert clean.overflow_at is None and clean.overflow_injected_at is None
+    assert clean.optimizer_steps == run.optimizer_steps == 6  # 5 steps, 1 abandoned unscale_
+    assert clean.skipped_at == [5]  # the skip branch's attempt
+    assert run.overflow_at == run.overflow_injected_at == 3
+    assert run.skipped_at == [3, 5] and run.optimizer_steps_taken == 4
+    assert clean.scales == [1024.0] * 6  # one update() per iteration
+    assert run.scales == [1024.0, 1024.0, 512.0, 512.0, 512.0, 512.0]  # backed off once
+    assert clean.scheduler_steps == 5 and run.scheduler_steps == 4  # the guard held
+    assert "finite weights: True" in run.stdout
+    assert all(math.isfinite(v) for v in run.losses)
+
+
+def test_overflow_injection_without_a_scaler_reaches_the_weights(tmp_path: Path) -> None:
+    """A disabled scaler passes `opt.step()` through: the attempts are counted the same, and
+    the inf is not caught (so the tests inject float16 runs only)."""
+    script = _write(tmp_path / "stepping.py", STEPPING)
+    run = run_script(script, ["plain"], overflow_at=2)
+    assert run.ok, run.explain()
+    assert run.optimizer_steps == run.optimizer_steps_taken == 5  # no scaler, no unscale_
+    assert run.overflow_injected_at == 2 and run.skipped_at == [] and run.scales == []
+    assert "finite weights: False" in run.stdout

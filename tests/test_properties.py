@@ -3,6 +3,7 @@ invariants of a correct AMP training step."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import libcst as cst
@@ -12,7 +13,12 @@ from hypothesis import strategies as st
 
 from amprewrite.engine import rewrite_source
 from amprewrite.options import Options
-from tests.execution import run_script
+from tests.execution import (
+    DTYPE_ENVS,
+    FLOAT16_ENV,
+    Job,
+    run_scripts,
+)
 from tests.script_parts import Parts, script
 
 PARTS = st.builds(
@@ -84,8 +90,18 @@ def test_rewrite_invariants(parts: Parts) -> None:
 def test_rewritten_scripts_run_on_the_cpu(
     tmp_path_factory: pytest.TempPathFactory, parts: Parts
 ) -> None:
+    """Each generated rewrite runs in bfloat16 and float16, then in float16 with an overflow
+    injected midway (see tests/execution.py), which it must skip and survive."""
     path = tmp_path_factory.mktemp("generated") / "train.py"
     path.write_bytes(rewrite_source(script(parts).encode(), Options()).source)
-    run = run_script(path)
+    runs = run_scripts([Job.of(path, env=env) for env in DTYPE_ENVS.values()])
+    for dtype, run in zip(DTYPE_ENVS, runs, strict=True):
+        assert run.ok, run.explain() + "\n" + path.read_text()
+        assert dtype in run.train_dtypes
+    # in the middle of the run (natural overflows come and go at these tiny scales): the
+    # injected step is skipped and the run ends with finite losses
+    at = runs[-1].optimizer_steps // 2 + 1
+    run = Job.of(path, env=FLOAT16_ENV, overflow_at=at).run()
     assert run.ok, run.explain() + "\n" + path.read_text()
-    assert "torch.bfloat16" in run.train_dtypes
+    assert run.overflow_injected_at == at and at in run.skipped_at
+    assert all(math.isfinite(loss) for loss in run.losses)

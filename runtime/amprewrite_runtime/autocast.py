@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from amprewrite_runtime import cpu_rnn
 from amprewrite_runtime.policy import as_dtype, autocast_settings, resolve_device
 
 
@@ -15,9 +16,12 @@ def autocast(dtype: str | torch.dtype | None = None, *, enabled: bool = True) ->
     """`torch.autocast` for the current device; enabled at opt level O1 only.
 
     O0 is plain FP32; O2/O3 cast the model instead of patching operations (apex's
-    `patch_torch_functions=False`), so their autocast regions are disabled too.
+    `patch_torch_functions=False`), so their autocast regions are disabled too. On a CPU
+    whose oneDNN lacks the dtype, LSTMs in a region run in float32 (see `cpu_rnn`).
     """
     device, low_precision, at_this_level = autocast_settings(dtype)
+    if device == "cpu":
+        cpu_rnn.prepare(low_precision)
     return torch.autocast(device, dtype=low_precision, enabled=enabled and at_this_level)
 
 
