@@ -284,9 +284,10 @@ def _loop_pairs(
         func = dotted(iterable.func)
         args = [a.value for a in iterable.args]
         if func == "zip" and len(args) == len(names):
-            return [(n, a, a) for n, a in zip(names, args, strict=True) if n is not None]
+            return [(n, _values_of(a), a) for n, a in zip(names, args, strict=True)
+                    if n is not None]
         if func == "enumerate" and args and len(names) == 2 and names[1] is not None:
-            return [(names[1], args[0], args[0])]
+            return [(names[1], _values_of(args[0]), args[0])]
         if (isinstance(iterable.func, cst.Attribute) and iterable.func.attr.value == "items"
                 and len(names) == 2 and names[1] is not None):
             values = iterable.with_changes(func=iterable.func.with_changes(attr=cst.Name("values")))
@@ -299,6 +300,14 @@ def _loop_pairs(
             and iterable.func.attr.value == "values" and not iterable.args):
         return [(name, iterable.func.value, iterable)]
     return [(name, iterable, iterable)]
+
+
+def _values_of(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    """The container behind `container.values()`, else `iterable` itself."""
+    if (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
+            and iterable.func.attr.value == "values" and not iterable.args):
+        return iterable.func.value
+    return iterable
 
 
 def optimizer_loop_elements(kinds: KindTable, loop: cst.CSTNode) -> dict[str, tuple[str, str]]:

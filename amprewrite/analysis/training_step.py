@@ -14,7 +14,7 @@ import libcst as cst
 
 from amprewrite.analysis.definite_binding import bound_on_every_path
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
-from amprewrite.analysis.forward import computes
+from amprewrite.analysis.forward import computes, is_model_call
 from amprewrite.analysis.kinds import Kind, KindTable, optimizer_loop_elements
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key
 from amprewrite.analysis.scaler_protocol import UpdatePoint, plan_updates
@@ -290,13 +290,19 @@ def _slice_region(
     # The region starts at the forward pass: the first statement that computes something, after
     # the setup (building a model, optimizer, scheduler or criterion) and not a call of a local
     # helper that only loads data.
-    setup = [p for p in range(index) if _builds_objects(block.body[p], kinds)]
+    # Setup between the forward and the loss (`criterion = nn.SmoothL1Loss()` just before
+    # it, a loop zeroing each optimizer's gradients) does not move the start.
+    forwards = [p for p in sliced if p > cut and _calls_model(block.body[p], kinds)]
+    first_forward = min(forwards, default=index)
+    setup = [p for p in range(first_forward) if _builds_objects(block.body[p], kinds)]
     after_setup = max(setup, default=-1)
     compute = [p for p in sliced
                if p > max(after_setup, cut) and computes(block.body[p], facts, kinds)]
     if not compute:
         return None
-    return Region(block, min(compute), max(sliced))
+    # Data preparation before the first model call (`batch = memory.sample(n)`) stays out.
+    start = min((p for p in compute if p in forwards), default=min(compute))
+    return Region(block, start, max(sliced))
 
 
 def _computes_inline(site: CallSite, facts: ModuleFacts) -> bool:
@@ -313,6 +319,10 @@ def _computes_inline(site: CallSite, facts: ModuleFacts) -> bool:
 
 def _is_step_boundary(statement: Statement) -> bool:
     return any(is_backward_call(c) or is_step_call(c) for c in calls_in(statement))
+
+
+def _calls_model(statement: Statement, kinds: KindTable) -> bool:
+    return any(is_model_call(call, kinds) for call in calls_in(statement))
 
 
 def _builds_objects(statement: Statement, kinds: KindTable) -> bool:
