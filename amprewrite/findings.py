@@ -80,6 +80,10 @@ CODES: dict[str, Code] = {
                    "A tensor computed under autocast reaches code that needs float32 "
                    "(`.numpy()`, numpy, a float32 model or matmul, a loss, an index assignment): "
                    "`.float()` is added at that use."),
+    "AMP113": Code(Severity.CHANGE, "distribution arguments cast to float32 under autocast",
+                   "`torch.distributions` checks its arguments (a simplex within 1e-6) and "
+                   "computes log-probabilities in the dtype it is given: under autocast its "
+                   "tensor arguments become `.float()`."),
     "AMP130": Code(Severity.CHANGE, "binary cross-entropy moved out of autocast",
                    "`nn.BCELoss`/`F.binary_cross_entropy` raise under CUDA autocast; they now run "
                    "after the autocast block on float32 inputs. Prefer `BCEWithLogitsLoss`."),

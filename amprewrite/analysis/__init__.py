@@ -10,6 +10,7 @@ from amprewrite.analysis.apex_amp import ApexAmp, apex_amp
 from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
+from amprewrite.analysis.distributions import distribution_inputs
 from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_loaders
 from amprewrite.analysis.escapes import Escapes, find_escapes
 from amprewrite.analysis.evaluation import analyse_evaluation
@@ -64,6 +65,7 @@ class ModuleAnalysis:
     custom_functions: list[CustomFunction]
     optimizer_builds: list[OptimizerBuild]  # where the stepped optimizers are built
     float16_constants: Float16Constants  # fills and epsilons float16 cannot hold
+    distribution_inputs: list[cst.BaseExpression]  # distribution arguments under autocast
 
     @property
     def has_work(self) -> bool:
@@ -119,4 +121,5 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         custom_functions=custom_functions(facts),
         optimizer_builds=optimizer_builds(facts, training.steps),
         float16_constants=float16_constants(facts, kinds, [r for s in splits for r in s.regions]),
+        distribution_inputs=distribution_inputs([r for s in splits for r in s.regions], facts),
     )

@@ -275,7 +275,7 @@ def _slice_region(
     boundaries: list[int] = []  # backward/step statements the slice passed over
     for position in range(index - 1, -1, -1):
         statement = block.body[position]
-        if _is_step_boundary(statement):
+        if _is_step_boundary(statement, kinds):
             boundaries.append(position)  # `loss_a.backward(retain_graph=True)`: look further
             continue
         if is_definition(statement):
@@ -317,8 +317,16 @@ def _computes_inline(site: CallSite, facts: ModuleFacts) -> bool:
     )
 
 
-def _is_step_boundary(statement: Statement) -> bool:
-    return any(is_backward_call(c) or is_step_call(c) for c in calls_in(statement))
+def _is_step_boundary(statement: Statement, kinds: KindTable) -> bool:
+    """A backward, or the step of an optimizer or scheduler (not `env.step(action)`)."""
+    return any(is_backward_call(c) or (is_step_call(c) and _steps_optimizer(c, kinds))
+               for c in calls_in(statement))
+
+
+def _steps_optimizer(call: cst.Call, kinds: KindTable) -> bool:
+    key = receiver_key(call.func.value)  # type: ignore[attr-defined]
+    kind = kinds.of(key) or _kind_from_name(key)
+    return kind in (Kind.OPTIMIZER, Kind.SCHEDULER) or (kind is None and not call.args)
 
 
 def _calls_model(statement: Statement, kinds: KindTable) -> bool:

@@ -18,6 +18,7 @@ from amprewrite.rules.autocast import wrap_regions
 from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
+from amprewrite.rules.distributions import float32_distributions
 from amprewrite.rules.escapes import cast_escapes
 from amprewrite.rules.float16_constants import fit_fills_to_dtype
 from amprewrite.rules.function_regions import float32_arguments
@@ -65,6 +66,7 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     if not analysis.escapes.stuck:
         float32_arguments(ctx, analysis.function_regions)
         fit_fills_to_dtype(ctx, analysis.float16_constants)
+        float32_distributions(ctx, analysis.distribution_inputs)
     cast_escapes(ctx, analysis.escapes)
     report_saturation(ctx, analysis.saturating)
     if style.decorators is not None and analysis.custom_functions:
