@@ -1,6 +1,6 @@
 """Trust on unseen code: does each corpus script still train after the O1 rewrite?
 
-    python benchmarks/trust_corpus.py [--jobs N] [--json OUT.json] [NAMES...]
+    python benchmarks/trust_corpus.py [--jobs N] [--json OUT.json] [--corpus DIR] [NAMES...]
 
 Each script of `benchmarks/trust_corpus/` (NAMES: file stems or unique prefixes such as `04`;
 all by default) runs as written (FP32) on the CPU, is rewritten by amprewrite at O1 (findings
@@ -10,7 +10,9 @@ float16 with dynamic loss scaling (`AMPREWRITE_DTYPE=float16`, the CUDA path), a
 gradient so skipped steps and skip branches really run. Every run is classified:
 
 * trains: finishes, saw a low-precision Linear/Conv output while training, and the mean of its
-  last losses is within the script's tolerance of FP32's;
+  last losses is within the script's tolerance of FP32's (of its FP32 twin where the float16
+  run skipped steps for inf/NaN gradients: the FP32 run that skips the same steps, see
+  `tests/execution.py`);
 * diverges: finishes, but the losses are off (or not finite);
 * crashes: raises (the exception's last line is kept);
 * stays FP32: the rewrite changed nothing or no training forward ran in low precision; the
@@ -124,9 +126,9 @@ class ScriptReport:
     rewritten: str = ""  # the rewritten source (for failure reports)
 
 
-def corpus_scripts(names: Sequence[str] = ()) -> list[Path]:
+def corpus_scripts(names: Sequence[str] = (), directory: Path = CORPUS_DIR) -> list[Path]:
     """The corpus scripts, all or those whose stem equals or starts with one of `names`."""
-    scripts = sorted(CORPUS_DIR.glob("[0-9]*.py"))
+    scripts = sorted(directory.glob("[0-9]*.py"))
     if not names:
         return scripts
     chosen = [s for s in scripts if any(s.stem == n or s.stem.startswith(n) for n in names)]
@@ -225,13 +227,17 @@ def judge_script(path: Path, modes: Sequence[Mode]) -> ScriptReport:
         if not fp32.ok:
             report.fp32_error = last_line(fp32.error or fp32.stderr)
             return report
+        twins = {(): fp32}  # FP32 runs that skip the steps a float16 run skipped
         for mode in modes:
             if report.recurrent and not mode.recurrent_ok:
                 report.verdicts[mode.name] = Verdict(
                     NOT_JUDGED, "recurrent: no float16 LSTM/GRU kernel on this CPU's oneDNN")
                 continue
             amp = run_mode(rewritten, mode)
-            report.verdicts[mode.name] = classify(fp32, amp, mode, report.changed,
+            skipped = tuple(amp.skipped_at) if amp.ok else ()
+            if skipped not in twins:
+                twins[skipped] = run_script(original, env=run_env(None), skip_at=skipped)
+            report.verdicts[mode.name] = classify(twins[skipped], amp, mode, report.changed,
                                                   explaining(findings), tolerance)
     return report
 
@@ -296,11 +302,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="script stems or prefixes (default: all)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", type=Path, help="write every verdict and finding here")
+    parser.add_argument("--corpus", type=Path, default=CORPUS_DIR,
+                        help="another folder of numbered scripts (default: the trust corpus)")
     parser.add_argument("--show-failures", action="store_true",
                         help="also print the findings of each failing script")
     args = parser.parse_args(argv)
     modes = available_modes()
-    reports = judge_corpus(corpus_scripts(args.names), modes, args.jobs)
+    reports = judge_corpus(corpus_scripts(args.names, args.corpus), modes, args.jobs)
     print(table(reports, modes))
     print()
     failing = failures(reports)

@@ -6,9 +6,12 @@
     assert run.losses and set(run.train_dtypes) == {"torch.float32"}
 
 The subprocess is `python tests/_bootstrap.py OUT.json SCRIPT ARGS...` (see that module for
-what is observed and how). It runs on the CPU only (`CUDA_VISIBLE_DEVICES` is emptied), with
-`<repo>/runtime` (so `amprewrite_runtime`) and `<repo>` on `PYTHONPATH`, from the script's
-directory as working directory.
+what is observed and how), forked from `tests/_forkserver.py`, which imports torch once for the
+whole session (a run whose environment changes how Python starts, a `PYTHON*` variable, is a
+fresh interpreter instead; `AMPREWRITE_TEST_FORKSERVER=0` makes every run one). It runs on
+the CPU only (`CUDA_VISIBLE_DEVICES` is emptied), with `<repo>/runtime` (so
+`amprewrite_runtime`) and `<repo>` on `PYTHONPATH`, from the script's directory as working
+directory.
 
 The dtype a rewritten script runs in is the runtime's choice: bfloat16 on this CPU, float16
 with dynamic loss scaling (the CUDA path) under `env=FLOAT16_ENV`. Tests that execute a
@@ -33,12 +36,15 @@ A float16 run skips the steps whose gradients overflowed (the first few, at the 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,6 +55,7 @@ REPO_ROOT = TESTS_DIR.parent
 RUNTIME_DIR = REPO_ROOT / "runtime"
 FIXTURES_DIR = REPO_ROOT / "fixtures"
 BOOTSTRAP = TESTS_DIR / "_bootstrap.py"
+FORKSERVER = TESTS_DIR / "_forkserver.py"
 OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # read (and hidden from the script) by the bootstrap
 SKIP_ENV = "AMPREWRITE_TEST_SKIP_AT"  # likewise
 
@@ -167,7 +174,6 @@ def run_script(
     workdir = Path(cwd) if cwd is not None else script.parent
     with tempfile.TemporaryDirectory(prefix="amprewrite-run-") as tmp:
         out_json = Path(tmp) / "record.json"
-        cmd = [sys.executable, str(BOOTSTRAP), str(out_json), str(script), *map(str, args)]
         full_env = subprocess_env(env)
         if overflow_at is not None:
             if overflow_at < 1:
@@ -175,23 +181,17 @@ def run_script(
             full_env[OVERFLOW_ENV] = str(overflow_at)
         if skip_at:
             full_env[SKIP_ENV] = ",".join(map(str, skip_at))
-        try:
-            proc = subprocess.run(
-                cmd,
-                cwd=workdir,
-                env=full_env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            return ScriptRun(
-                returncode=-9,
-                stdout=_text(exc.stdout),
-                stderr=_text(exc.stderr) + f"\n[execution] timed out after {timeout}s",
-                timed_out=True,
-            )
+        argv = [str(out_json), str(script), *map(str, args)]
+        server = _fork_server(full_env)
+        if server is not None:
+            proc = server.run(argv, workdir, full_env, timeout, Path(tmp))
+        else:
+            proc = _subprocess_run([sys.executable, str(BOOTSTRAP), *argv], workdir, full_env,
+                                   timeout)
+        if proc.returncode == -9 and proc.timed_out:
+            return ScriptRun(returncode=-9, stdout=proc.stdout,
+                             stderr=proc.stderr + f"\n[execution] timed out after {timeout}s",
+                             timed_out=True)
         record: dict = {}
         if out_json.exists():
             record = json.loads(out_json.read_text(encoding="utf-8"))
@@ -220,6 +220,103 @@ def run_script(
     run.overflow_at = record.get("overflow_at")
     run.overflow_injected_at = record.get("overflow_injected_at")
     return run
+
+
+@dataclass
+class _Finished:
+    """How a run ended: its status and output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+def _subprocess_run(cmd: list[str], cwd: Path, env: dict[str, str],
+                    timeout: float) -> _Finished:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        return _Finished(-9, _text(exc.stdout), _text(exc.stderr), timed_out=True)
+    return _Finished(proc.returncode, proc.stdout, proc.stderr)
+
+
+class _ForkServer:
+    """The session's `_forkserver.py` process: one request per run, replies read by a thread."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.process = subprocess.Popen([sys.executable, str(FORKSERVER)], cwd=TESTS_DIR,
+                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)
+        self.lock = threading.Lock()
+        self.ids = itertools.count(1)
+        self.waiting: dict[int, queue.Queue[int | None]] = {}
+        threading.Thread(target=self._read_replies, daemon=True).start()
+
+    def serves(self, env: Mapping[str, str]) -> bool:
+        """Only environments that start Python the same way (no other `PYTHON*` value)."""
+        keys = {k for k in (*env, *self.env) if k.startswith("PYTHON")}
+        return self.process.poll() is None and all(env.get(k) == self.env.get(k) for k in keys)
+
+    def _read_replies(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            reply = json.loads(line)
+            with self.lock:
+                waiter = self.waiting.pop(reply["id"], None)
+            if waiter is not None:
+                waiter.put(reply["returncode"])
+        with self.lock:  # the server is gone: nobody waits forever
+            for waiter in self.waiting.values():
+                waiter.put(None)
+            self.waiting.clear()
+
+    def _send(self, message: dict) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(message) + "\n")
+        self.process.stdin.flush()
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
+            tmp: Path) -> _Finished:
+        ident = next(self.ids)
+        waiter: queue.Queue[int | None] = queue.Queue()
+        out, err = tmp / "stdout.txt", tmp / "stderr.txt"
+        with self.lock:
+            self.waiting[ident] = waiter
+            self._send({"id": ident, "cwd": str(cwd), "env": env, "argv": argv,
+                        "stdout": str(out), "stderr": str(err)})
+        timed_out = False
+        try:
+            code = waiter.get(timeout=timeout)
+        except queue.Empty:
+            timed_out = True
+            with self.lock:
+                self._send({"kill": ident})
+            code = waiter.get()
+        if code is None:
+            raise RuntimeError("the fork server died; rerun with AMPREWRITE_TEST_FORKSERVER=0")
+        return _Finished(-9 if timed_out else code, _read(out), _read(err), timed_out)
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+
+_SERVER: list[_ForkServer] = []
+_SERVER_LOCK = threading.Lock()
+
+
+def _fork_server(env: dict[str, str]) -> _ForkServer | None:
+    """The session's fork server, started on first use, when it can run with `env`."""
+    if os.environ.get("AMPREWRITE_TEST_FORKSERVER", "1") == "0":
+        return None
+    with _SERVER_LOCK:
+        if not _SERVER:
+            _SERVER.append(_ForkServer(subprocess_env()))
+    server = _SERVER[0]
+    return server if server.serves(env) else None
 
 
 @dataclass(frozen=True)

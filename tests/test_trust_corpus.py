@@ -7,8 +7,9 @@ forward, final loss within the script's tolerance of FP32) or stays FP32 *with* 
 that says why. A crash, a divergence or an unexplained FP32 rewrite fails. Recurrent scripts
 are judged in bfloat16 only: this CPU's oneDNN has no float16 LSTM/GRU kernel.
 
-Cases that fail on today's code because of a known codemod bug are `xfail(strict=True)` with
-the cause: when a fix lands they XPASS, which fails the suite until the mark is removed.
+Float16 runs are compared with their FP32 twin (the FP32 run that skips the steps the float16
+run skipped for inf/NaN gradients). Every script trains in every mode it is judged in: a
+failure found here becomes a fixture and a fix, not an expected failure.
 """
 
 from __future__ import annotations
@@ -27,50 +28,6 @@ SCRIPTS = trust_corpus.corpus_scripts()
 MODES = trust_corpus.available_modes()
 JOBS = 2  # CI and the development machine have 2 cores; each run uses one thread
 
-# Today's failures, by (script, mode): the cause category and the symptom.
-ESCAPES = "value escaping a region to numpy/FP32 code"
-BCE_DRAGGED = "BCE/forward dragged out of the region"
-SCALER_PATH = "scaler protocol on a skip branch/container/n_critic"
-OWN_BACKWARD = "function running its own backward wrapped in autocast"
-FP16_CONSTANT = "fp16 overflow constant"
-PARTIAL_AMP = "partial AMP"
-OTHER = "other"
-_BOTH = ("bfloat16", "float16")
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    **{("01_reinforce_corridor", m): f"{OTHER}: the policy forward runs in select_action(), "
-       "outside any region; only the loss built later is autocast" for m in _BOTH},
-    **{("02_actor_critic", m): f"{OTHER}: the forward runs in the rollout loop; the region "
-       "wraps only the returns and the loss after it" for m in _BOTH},
-    **{("03_dqn_replay", m): f"{OTHER}: policy_net's training forward is left out of the "
-       "region; only the target net (no_grad) and the loss are autocast" for m in _BOTH},
-    **{("04_gan_bce", m): f"{BCE_DRAGGED}: `adversarial_loss(discriminator(gen_imgs).float(), "
-       "valid)` runs the discriminator outside the region on low-precision gen_imgs "
-       "(mat1 and mat2 must have the same dtype)" for m in _BOTH},
-    ("05_wgan_clip", "float16"): f"{SCALER_PATH}: update() only in the `i % n_critic` branch; "
-    "the critic's next scaler.step raises 'step() has already been called'",
-    ("06_wgan_gp", "float16"): f"{SCALER_PATH}: update() only in the `it % N_CRITIC` branch; "
-    "the critic's next scaler.step raises 'step() has already been called'",
-    ("07_cgan_lsgan", "bfloat16"): f"{ESCAPES}: gen_imgs returned from train_step() reaches "
-    "`.numpy()` in bfloat16",
-    ("08_vae_bce_plot", "bfloat16"): f"{ESCAPES}: recon returned from train() reaches "
-    "`.data.numpy()` for the plot in bfloat16",
-    ("09_vae_mse_latents", "bfloat16"): f"{ESCAPES}: evaluation region's `mu` reaches "
-    "`mu.numpy()` in bfloat16",
-    ("13_simclr_ntxent", "float16"): f"{FP16_CONSTANT}: `sim.masked_fill(mask, -1e9)` in float16",
-    **{("22_optimizer_dict_zip", m): f"{SCALER_PATH}: optimizers in a dict: no region at all "
-       "(AMP203 claims the loss is computed elsewhere) and update() once per optimizer inside "
-       "the zip loop" for m in _BOTH},
-    ("25_optional_optimizer", "float16"): f"{SCALER_PATH}: the manual-update branch (no "
-    "optimizer) backpropagates a scaled loss and applies the scaled gradients: inf/NaN",
-    ("26_attention_numpy_weights", "bfloat16"): f"{ESCAPES}: forward returns "
-    "`attn.detach().cpu().numpy()` of a bfloat16 tensor",
-    ("26_attention_numpy_weights", "float16"): f"{FP16_CONSTANT}: "
-    "`scores.masked_fill(mask == 0, -1e9)` inside forward in float16",
-    **{("34_eval_only_autocast", m): f"{PARTIAL_AMP}: an evaluation-only autocast makes the "
-       "file AMP002 'already uses mixed precision'; training stays FP32" for m in _BOTH},
-    ("36_transformer_padding_mask", "bfloat16"): f"{ESCAPES}: evaluation region's softmax "
-    "reaches `.numpy()` for np.concatenate in bfloat16",
-}
 # FP32 scripts the rewrite must not leave alone, whatever it says (issue 13: an autocast around
 # evaluation only, or apex imported for SyncBatchNorm only, is not mixed-precision training).
 MUST_TRAIN = {"34_eval_only_autocast", "35_apex_syncbn_import",
@@ -83,11 +40,7 @@ def _cases():
         for mode in MODES:
             if recurrent and not mode.recurrent_ok:
                 continue  # judged in bfloat16 only: no float16 LSTM/GRU on this CPU
-            marks = []
-            cause = KNOWN_FAILURES.get((script.stem, mode.name))
-            if cause:
-                marks.append(pytest.mark.xfail(strict=True, reason=cause))
-            yield pytest.param(script, mode, id=f"{script.stem}-{mode.name}", marks=marks)
+            yield pytest.param(script, mode, id=f"{script.stem}-{mode.name}")
 
 
 @pytest.fixture(scope="module")
