@@ -44,11 +44,11 @@ _MIXING_TORCH = frozenset({
     "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "scaled_dot_product_attention", "embedding",
 })
-# numpy functions that turn their tensor arguments into arrays.
-_NUMPY_ARRAYS = frozenset({
-    "array", "asarray", "concatenate", "stack", "vstack", "hstack", "save", "savez",
-    "savetxt", "mean", "std", "sum", "argmax", "histogram", "percentile", "corrcoef", "exp",
-    "round", "clip", "where",
+# Libraries whose functions turn tensor arguments into numpy arrays (numpy has no bfloat16):
+# `np.asarray(out)`, `roc_auc_score(y, probs)`, `plt.plot(pred)`, `pd.DataFrame(emb)`.
+_ARRAY_LIBRARIES = frozenset({
+    "numpy", "scipy", "sklearn", "matplotlib", "pandas", "seaborn", "PIL", "cv2", "imageio",
+    "skimage",
 })
 
 
@@ -109,16 +109,72 @@ class _Scopes:
         self.result = Escapes()
         self.record = False
         self.under_caller = _run_under_caller(facts, kinds, in_region)
+        self.by_name: dict[str, list[cst.FunctionDef]] = {}
+        for function in facts.functions:
+            self.by_name.setdefault(function.name.value, []).append(function)
+        self.parameter_uses: dict[tuple[str, bool], dict[int | str, str]] = {}
 
     def run(self, record: bool) -> None:
         self.record = record
         self.result = Escapes()
+        self.parameter_uses.clear()  # recomputed with this pass's return summaries
         _Scope(self, autocast=False).block(self.facts.module.body)
         for function in self.facts.functions:
             scope = _Scope(self, autocast=function in self.under_caller)
             scope.block(function.body.body)
             if not record:
                 self.returns[function.name.value] = scope.returned
+
+
+    def float32_parameters(self, call: cst.Call, autocast: bool) -> dict[int | str, str]:
+        """The parameters of the module function `call` reaches (by position, and by name)
+        whose value reaches a float32 use inside it, each with that use."""
+        name = (dotted(call.func) or "").removeprefix("self.")
+        if (name, autocast) not in self.parameter_uses:
+            self.parameter_uses[name, autocast] = {}  # a recursive call sees none
+            uses: dict[int | str, str] = {}
+            for function in self.by_name.get(name, ()):
+                uses.update(self._parameter_uses(function, name, autocast))
+            self.parameter_uses[name, autocast] = uses
+        return self.parameter_uses[name, autocast]
+
+    def _parameter_uses(
+        self, function: cst.FunctionDef, name: str, autocast: bool
+    ) -> dict[int | str, str]:
+        params = function.params
+        positional = [*params.posonly_params, *params.params]
+        if function in self.facts.function_class and not any(
+            dotted(d.decorator) == "staticmethod" for d in function.decorators
+        ):
+            positional = positional[1:]  # `self` / `cls`
+        uses: dict[int | str, str] = {}
+        for position, param in [*enumerate(positional), *((None, p) for p in params.kwonly_params)]:
+            probe = _Scope(self, autocast=autocast or function in self.under_caller)
+            probe.low, probe.probe = {param.name.value}, []
+            probe.block(function.body.body)
+            if probe.probe:
+                use = f"{probe.probe[0]} in `{name}()`"
+                uses[param.name.value] = use
+                if position is not None:
+                    uses[position] = use
+        return uses
+
+
+def _arguments_for(
+    call: cst.Call, parameters: dict[int | str, str]
+) -> Iterable[tuple[cst.Arg, str]]:
+    """The arguments of `call` bound to `parameters`, with the use of each."""
+    position = 0
+    for arg in call.args:
+        if arg.star:
+            continue
+        if arg.keyword is not None:
+            use = parameters.get(arg.keyword.value)
+        else:
+            use = parameters.get(position)
+            position += 1
+        if use is not None:
+            yield arg, use
 
 
 class _Scope:
@@ -133,6 +189,7 @@ class _Scope:
         self.returned: tuple[bool, ...] = ()
         self.autocast = autocast
         self.statement: Statement | None = None
+        self.probe: list[str] | None = None  # set: only collect the uses a value reaches
 
     # Statements ---------------------------------------------------------------------------
     def block(self, body: Iterable[cst.CSTNode]) -> None:
@@ -220,7 +277,7 @@ class _Scope:
             return
         if isinstance(target, cst.Subscript):
             key = receiver_key(target.value)
-            if key is not None and low:
+            if key is not None and low and not self.is_buffer(target):
                 self.low.add(key)
                 self.containers.add(key)
             return
@@ -291,9 +348,14 @@ class _Scope:
             return
         resolved = self.s.facts.imports.resolve(func) or ""
         module, _, last = resolved.rpartition(".")
-        if module == "numpy" and last in _NUMPY_ARRAYS:
+        if resolved.partition(".")[0] in _ARRAY_LIBRARIES:
             for arg in call.args:
                 self.cast_if_low(arg.value, f"`{dotted(func)}` (numpy has no bfloat16)")
+            return
+        needs = self.s.float32_parameters(call, self.autocast)
+        if needs:
+            for arg, use in _arguments_for(call, needs):
+                self.cast_if_low(arg.value, use)
             return
         if self.autocast:
             return  # under autocast, models and matmuls take any float dtype
@@ -314,17 +376,26 @@ class _Scope:
             self.cast_if_low(arg.value, use)
 
     def check_store(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        """`buffer[mask] = low` into a float32 buffer: index_put needs one dtype."""
-        if self.autocast or not isinstance(target, cst.Subscript):
-            return
-        if self.is_low(target.value) or all(
+        """`buffer[mask] = low` into a float32 buffer: index_put needs one dtype (autocast
+        or not), so the value is cast and the buffer stays float32."""
+        if isinstance(target, cst.Subscript) and self.is_buffer(target):
+            self.cast_if_low(value, "an index assignment into a float32 tensor")
+
+    def is_buffer(self, target: cst.Subscript) -> bool:
+        """Whether `target` indexes a float32 tensor rather than a list or dict of values."""
+        key = receiver_key(target.value)
+        if self.is_low(target.value) or (key is not None and key in self.containers):
+            return False  # a low-precision buffer, or a container of values
+        return not all(
             isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.SimpleString)
             for e in target.slice
-        ):
-            return  # a low-precision buffer, or a dict entry
-        self.cast_if_low(value, "an index assignment into a float32 tensor")
+        )  # a string key is a dict entry
 
     def cast_if_low(self, node: cst.BaseExpression, use: str) -> None:
+        if self.probe is not None:
+            if self.is_low(node):
+                self.probe.append(use)
+            return
         if id(node) in self.s.skip or not self.is_low(node) or not self.s.record:
             return
         key = receiver_key(node)
@@ -354,7 +425,9 @@ class _Scope:
         self.s.result.casts.append(Escape(node, self.statement, use))
 
     def stuck(self, node: cst.CSTNode, use: str) -> None:
-        if self.s.record and self.statement is not None:
+        if self.probe is not None:
+            self.probe.append(use)
+        elif self.s.record and self.statement is not None:
             self.s.result.stuck.append(Stuck(node, self.statement, use))
 
     # Values -------------------------------------------------------------------------------
