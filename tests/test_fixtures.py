@@ -61,6 +61,8 @@ KEPT_BY_REVERT = {
     # float32 casts of autocast outputs, and forwards kept apart from a BCE loss
     "rule_escape_numpy_metrics": b"prediction.data.float().numpy()",
     "rule_escape_model_method": b"weights[0].detach().cpu().float().numpy()",
+    "rule_escape_foreign_calls": b"accuracy(logits.detach().float(), y, top=2)",
+    "rule_escape_logging": b'"train/probs": probs.float()',
     "rule_bce_inline_forward": b"discriminator_out = discriminator(gen_imgs)",
     "rule_bce_inline_backward": b"bce(model_out.float(), y).backward()",
     "attention_mask_fill": b"torch.finfo(att.dtype).min",  # the fill, right in every dtype

@@ -44,12 +44,17 @@ _MIXING_TORCH = frozenset({
     "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "scaled_dot_product_attention", "embedding",
 })
-# Libraries whose functions turn tensor arguments into numpy arrays (numpy has no bfloat16):
-# `np.asarray(out)`, `roc_auc_score(y, probs)`, `plt.plot(pred)`, `pd.DataFrame(emb)`.
-_ARRAY_LIBRARIES = frozenset({
+# Libraries whose functions (and the objects they build: a SummaryWriter, a wandb run) turn
+# tensor arguments into numpy arrays, which have no bfloat16: `np.asarray(out)`,
+# `roc_auc_score(y, probs)`, `plt.plot(pred)`, `writer.add_histogram("out", out)`.
+_ARRAY_LIBRARIES = (
     "numpy", "scipy", "sklearn", "matplotlib", "pandas", "seaborn", "PIL", "cv2", "imageio",
-    "skimage",
-})
+    "skimage", "wandb", "mlflow", "tensorboardX", "torch.utils.tensorboard", "visdom",
+)
+
+
+def _in_array_library(resolved: str) -> bool:
+    return any(resolved == lib or resolved.startswith(lib + ".") for lib in _ARRAY_LIBRARIES)
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,10 @@ class _Scopes:
         for function in facts.functions:
             self.by_name.setdefault(function.name.value, []).append(function)
         self.parameter_uses: dict[tuple[str, bool], dict[int | str, str]] = {}
+        self.array_objects = {  # `writer = SummaryWriter(...)`, `run = wandb.init(...)`
+            key for b in facts.bindings if isinstance(b.value, cst.Call)
+            and _in_array_library(facts.imports.resolve(b.value.func) or "") for key in b.keys
+        }
 
     def run(self, record: bool) -> None:
         self.record = record
@@ -348,7 +357,9 @@ class _Scope:
             return
         resolved = self.s.facts.imports.resolve(func) or ""
         module, _, last = resolved.rpartition(".")
-        if resolved.partition(".")[0] in _ARRAY_LIBRARIES:
+        if _in_array_library(resolved) or (
+            isinstance(func, cst.Attribute) and receiver_key(func.value) in self.s.array_objects
+        ):
             for arg in call.args:
                 self.cast_if_low(arg.value, f"`{dotted(func)}` (numpy has no bfloat16)")
             return
@@ -392,6 +403,11 @@ class _Scope:
         )  # a string key is a dict entry
 
     def cast_if_low(self, node: cst.BaseExpression, use: str) -> None:
+        if isinstance(node, cst.Dict):  # `wandb.log({"out": out})`
+            for entry in node.elements:
+                if isinstance(entry, cst.DictElement):
+                    self.cast_if_low(entry.value, use)
+            return
         if self.probe is not None:
             if self.is_low(node):
                 self.probe.append(use)
