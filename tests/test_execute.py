@@ -76,6 +76,7 @@ RUNNABLE = [
     Runnable("gan_dcgan", rtol=0.15, fp16_rtol=0.15),
     Runnable("scaler_name_taken"),
     Runnable("method_step_helper"),
+    Runnable("loss_passed_to_step_helper"),
     Runnable("saliency_and_train"),
 ]
 

@@ -143,11 +143,13 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
             block, index = facts.position(site.statement)
             start = region.start if region is not None and region.block is block else index
             region = Region(block, start, index - 1, hoist=site)
-        if region is None:
+        if region is not None:
+            regions.append(region)
+        elif at_callers := _regions_at_callers(site, facts, kinds):
+            regions.extend(at_callers)
+        else:
             result.notes.append(Note("AMP203", site.call, "the loss is computed outside this "
                                      "function; wrap its forward pass in `autocast()` there"))
-        else:
-            regions.append(region)
     result.regions = merge_regions(regions, facts)
     return result
 
@@ -189,6 +191,49 @@ def _kind_from_name(key: str | None) -> Kind | None:
         return Kind.SCHEDULER
     if "optim" in last or last in {"opt", "optimiser"} or last.startswith("opt_"):
         return Kind.OPTIMIZER
+    return None
+
+
+def _regions_at_callers(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> list[Region]:
+    """`def optimize(opt, loss): loss.backward(); opt.step()`: the loss is a parameter, so its
+    forward pass is where each caller computes the argument. The regions there, one per call
+    of the function in the module; none unless every call has one."""
+    function, key = site.function, receiver_key(site.call.func.value)  # type: ignore[attr-defined]
+    if function is None or key is None:
+        return []
+    positional = [p.name.value for p in (*function.params.posonly_params,
+                                        *function.params.params)]
+    if function in facts.function_class:
+        positional = positional[1:]  # `self`
+    keywords = {p.name.value for p in function.params.kwonly_params} | set(positional)
+    if key not in keywords:
+        return []
+    name = function.name.value
+    regions = []
+    for caller in facts.calls:
+        if (dotted(caller.call.func) or "").removeprefix("self.") != name:
+            continue
+        argument = _argument_for(caller.call, key, positional)
+        region = None if argument is None or caller.function is function else region_before(
+            caller.statement, set(iter_keys(argument)), facts, kinds)
+        if region is None:
+            return []
+        regions.append(region)
+    return regions
+
+
+def _argument_for(
+    call: cst.Call, parameter: str, positional: list[str]
+) -> cst.BaseExpression | None:
+    """The argument `call` passes for `parameter` (a name or attribute, not a computation)."""
+    index = positional.index(parameter) if parameter in positional else None
+    plain = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == parameter:
+            return arg.value if receiver_key(arg.value) is not None else None
+    if index is not None and index < len(plain) and not any(a.star for a in call.args):
+        value = plain[index].value
+        return value if receiver_key(value) is not None else None
     return None
 
 
