@@ -77,6 +77,9 @@ RUNNABLE = [
     Runnable("scaler_name_taken"),
     Runnable("method_step_helper"),
     Runnable("loss_passed_to_step_helper"),
+    Runnable("optimizer_bound_in_main_guard"),
+    Runnable("rule_grad_clamp_loop"),
+    Runnable("stateful_model_hidden"),
     Runnable("saliency_and_train"),
 ]
 

@@ -30,10 +30,18 @@ def bound_on_every_path(key: str, statement: Statement, facts: ModuleFacts) -> b
         current = parent
 
 
+def bound_in_scope(key: str, function: cst.FunctionDef | None, facts: ModuleFacts) -> bool:
+    """True when running `function` (or the module) to its end assigns `key` on every path."""
+    body = facts.module.body if function is None else function.body.body
+    return any(_binds(statement, key) for statement in body)
+
+
 def _binds(statement: cst.CSTNode, key: str) -> bool:
     """`statement`, run to its end, has assigned `key` on every path through it."""
     if isinstance(statement, cst.SimpleStatementLine):
         return any(key in _assigned(small) for small in statement.body)
+    if isinstance(statement, cst.If) and _is_main_guard(statement.test):
+        return _suite_binds(statement.body, key)  # the script's own run: always taken
     if isinstance(statement, cst.If):
         if statement.orelse is None:
             return False
@@ -50,6 +58,17 @@ def _binds(statement: cst.CSTNode, key: str) -> bool:
             statement.orelse is not None and _suite_binds(statement.orelse.body, key))
         return main and all(_suite_binds(h.body, key) for h in statement.handlers)
     return False  # loops may run zero times; definitions bind other names
+
+
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"` (either way round)."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)):
+        return False
+    sides = {type(test.left), type(test.comparisons[0].comparator)}
+    names = [n.value for n in (test.left, test.comparisons[0].comparator)
+             if isinstance(n, cst.Name)]
+    return sides == {cst.Name, cst.SimpleString} and names == ["__name__"]
 
 
 def _suite_binds(suite: cst.BaseSuite, key: str) -> bool:

@@ -1,4 +1,5 @@
-"""Evaluation and inference forward passes: model calls under no_grad / inference_mode."""
+"""Evaluation and inference forward passes: model calls under no_grad / inference_mode, and
+every call outside training of a model that keeps state between calls."""
 
 from __future__ import annotations
 
@@ -23,22 +24,43 @@ def analyse_evaluation(
     calls under no_grad/inference_mode, or anywhere in `eval_functions` (a framework's
     evaluation hooks, which it runs without gradients)."""
     candidates: dict[int, tuple[cst.IndentedBlock | cst.Module, set[int]]] = {}
+    stateful = stateful_models(facts)
+    in_training = {id(s) for region in training_regions for s in region.statements}
+    regions = []
     for site in facts.calls:
         if not is_model_call(site.call, kinds):
-            continue
-        if site.function not in eval_functions and not under_no_grad(site, facts):
             continue
         info = facts.statements.get(site.statement)
         if info is None:
             continue
-        block, positions = candidates.setdefault(id(info.block), (info.block, set()))
-        positions.add(info.index)
-    regions = []
+        if site.function in eval_functions or under_no_grad(site, facts):
+            block, positions = candidates.setdefault(id(info.block), (info.block, set()))
+            positions.add(info.index)
+        elif dotted(site.call.func) in stateful and not any(
+                id(s) in in_training for s in facts.enclosing_statements(site.statement)):
+            end = _loss_end(info.block, info.index, facts, kinds)
+            regions.append(Region(info.block, info.index, end))  # this call alone
     for block, positions in candidates.values():
         start, end = min(positions), max(positions)
         regions.append(Region(block, start, _loss_end(block, end, facts, kinds)))
     merged = merge_regions(regions, facts)
     return [r for r in merged if not _inside(r, training_regions, facts)]
+
+
+def stateful_models(facts: ModuleFacts) -> set[str]:
+    """Keys bound to instances of the file's nn.Module classes whose forward keeps a tensor on
+    the module (`lstm_out, self.hidden = self.lstm(x, self.hidden)`). A training forward under
+    autocast leaves that state in low precision, so every other call of the model needs
+    autocast too: an LSTM given a float32 input and a bfloat16 state raises."""
+    classes = set()
+    for function, cls in facts.function_class.items():
+        if function.name.value == "forward" and any(
+            key.startswith("self.") for b in facts.bindings if b.function is function
+            for key in b.keys
+        ):
+            classes.add(cls.name.value)
+    return {key for b in facts.bindings if isinstance(b.value, cst.Call)
+            and dotted(b.value.func) in classes for key in b.keys}
 
 
 _LOOKAHEAD = 3  # simple statements a loss may follow the forward pass by (`n = out.shape[0]`)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.definite_binding import bound_on_every_path
+from amprewrite.analysis.definite_binding import bound_in_scope, bound_on_every_path
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
 from amprewrite.analysis.forward import computes, is_model_call
 from amprewrite.analysis.kinds import Kind, KindTable, optimizer_loop_elements
@@ -267,13 +267,24 @@ def _over_elements(
 
 
 def _maybe_unbound(step: CallSite, facts: ModuleFacts) -> bool:
-    """The stepped optimizer is assigned in this function, but not on every path reaching the
-    step (`if args.use_optimizer: optimizer = ...`): on some path it may not exist."""
+    """The stepped optimizer may not exist on some path reaching the step: it is assigned in
+    this function but not on every path (`if args.use_optimizer: optimizer = ...`), or only
+    elsewhere (the module, `__init__`) and there only on some paths."""
     key = receiver_key(step.call.func.value)  # type: ignore[attr-defined]
-    if key is None or not any(key in b.keys and b.function is step.function
-                              for b in facts.bindings):
+    if key is None:
         return False
-    return not bound_on_every_path(key, step.statement, facts)
+    scopes = {b.function for b in facts.bindings if key in b.keys}
+    if step.function in scopes:
+        return not bound_on_every_path(key, step.statement, facts)
+    if not scopes or (step.function is not None and key in _parameters(step.function)):
+        return False  # a parameter, or bound where this file cannot see
+    return not any(bound_in_scope(key, scope, facts) for scope in scopes)
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    params = function.params
+    return {p.name.value for p in (*params.posonly_params, *params.params,
+                                   *params.kwonly_params)}
 
 
 def same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:

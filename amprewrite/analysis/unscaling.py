@@ -60,6 +60,7 @@ def gradient_uses(
         if found:
             _, statement, reason = min(found, key=lambda item: item[0])
             statement = _dominating(statement, [s for _, s, _ in found], facts)
+            statement = _outside_loops(statement, step.statement, facts)
             unscales.append(Unscale(statement, optimizer, reason))
     return unscales, clips
 
@@ -77,6 +78,19 @@ def _dominating(first: Statement, uses: list[Statement], facts: ModuleFacts) -> 
         if parent is None or parent not in facts.statements:
             return target
         target = parent
+
+
+def _outside_loops(target: Statement, step: Statement, facts: ModuleFacts) -> Statement:
+    """The outermost loop around `target` that is not around `step` (`for p in
+    model.parameters(): p.grad.data.clamp_(-1, 1)`), else `target`: unscale_ runs once per
+    step, never once per parameter."""
+    around_step = set(facts.enclosing_statements(step))
+    for outer in facts.enclosing_statements(target)[1:]:
+        if isinstance(outer, cst.FunctionDef | cst.ClassDef):
+            break
+        if isinstance(outer, cst.For | cst.While) and outer not in around_step:
+            target = outer
+    return target
 
 
 def _is_clip(call: cst.Call) -> bool:
