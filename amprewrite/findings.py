@@ -84,6 +84,10 @@ CODES: dict[str, Code] = {
                    "`torch.distributions` checks its arguments (a simplex within 1e-6) and "
                    "computes log-probabilities in the dtype it is given: under autocast its "
                    "tensor arguments become `.float()`."),
+    "AMP134": Code(Severity.CHANGE, "sigmoid input cast to float32 for binary cross-entropy",
+                   "A model's forward ends in a sigmoid whose probabilities feed binary "
+                   "cross-entropy: its input becomes `.float()`, so probabilities near 1 keep "
+                   "their precision instead of rounding to 1.0 in bfloat16/float16."),
     "AMP130": Code(Severity.CHANGE, "binary cross-entropy moved out of autocast",
                    "`nn.BCELoss`/`F.binary_cross_entropy` raise under CUDA autocast; they now run "
                    "after the autocast block on float32 inputs. Prefer `BCEWithLogitsLoss`."),

@@ -2,8 +2,11 @@
 
 A model whose last op is a sigmoid, run under autocast, returns bfloat16/float16
 probabilities: near 1 they round to exactly 1.0 and the BCE loss jumps. Casting them to
-float32 afterwards is too late. The fix is the logits form (drop the sigmoid, use
-`BCEWithLogitsLoss`), which is the author's call: these sites are reported, not rewritten.
+float32 afterwards is too late. Where the sigmoid is a call in `forward` (`torch.sigmoid(h)`,
+`self.sigmoid(h)` on an `nn.Sigmoid()`), its input is cast instead (`torch.sigmoid(h.float())`:
+autocast leaves sigmoid in its input's dtype, so the probabilities are float32). A sigmoid
+that is the last layer of an `nn.Sequential` cannot be reached that way: those sites are
+reported with the logits form (drop the sigmoid, use `BCEWithLogitsLoss`), the author's call.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class SaturatingInput:
     call: cst.Call  # the loss call
     source: str  # where the sigmoid is, in words
     advice: str  # how to switch to logits
+    cast: cst.BaseExpression | None = None  # the sigmoid's input, when a `.float()` there fixes it
 
 
 def saturating_inputs(moved: list[UnsafeLoss], facts: ModuleFacts) -> list[SaturatingInput]:
@@ -37,13 +41,16 @@ def saturating_inputs(moved: list[UnsafeLoss], facts: ModuleFacts) -> list[Satur
         for call in loss.calls:
             hit = _sigmoid_source(call.args[0].value, loss.statement, facts)
             if hit is not None:
-                found.append(SaturatingInput(call, *hit))
+                source, advice, *ending = hit
+                cast = ending[0] if ending and isinstance(ending[0], cst.BaseExpression) \
+                    else None
+                found.append(SaturatingInput(call, source, advice, cast))
     return found
 
 
 def _sigmoid_source(
     node: cst.BaseExpression, statement: cst.CSTNode, facts: ModuleFacts
-) -> tuple[str, str] | None:
+) -> tuple[str, str] | tuple[str, str, cst.BaseExpression | None] | None:
     node = _peel(node)
     if _is_sigmoid(node, facts):
         return "a sigmoid", "pass the logits to `nn.BCEWithLogitsLoss` instead"
@@ -65,46 +72,66 @@ def _sigmoid_source(
     return _model_ends_in_sigmoid(model, facts)
 
 
-def _model_ends_in_sigmoid(model: str, facts: ModuleFacts) -> tuple[str, str] | None:
-    built = [b.value for b in facts.bindings if b.keys == (model,)]
+def _model_ends_in_sigmoid(
+    model: str, facts: ModuleFacts
+) -> tuple[str, str, cst.BaseExpression | None] | None:
+    built = [_peel(b.value) for b in facts.bindings if b.keys == (model,)]  # `Net().to(dev)`
     for value in built:
         if _sequential_ends_in_sigmoid(value, facts):
             return (f"`{model}`, whose last layer is `nn.Sigmoid()`",
-                    "drop that layer and use `nn.BCEWithLogitsLoss` (autocast-safe)")
+                    "drop that layer and use `nn.BCEWithLogitsLoss` (autocast-safe)", None)
         if not isinstance(value, cst.Call):
             continue
         cls = next((c for c in facts.classes if c.name.value == dotted(value.func)), None)
-        if cls is not None and _forward_ends_in_sigmoid(cls, facts):
+        ending = _forward_ending(cls, facts) if cls is not None else None
+        if ending is not None:
+            assert cls is not None
             return (f"`{model}`, whose `{cls.name.value}.forward` ends in a sigmoid",
                     "return the logits from `forward` and use `nn.BCEWithLogitsLoss` "
-                    "(autocast-safe)")
+                    "(autocast-safe)", ending)
     return None
 
 
-def _forward_ends_in_sigmoid(cls: cst.ClassDef, facts: ModuleFacts) -> bool:
+def _forward_ending(cls: cst.ClassDef, facts: ModuleFacts) -> cst.BaseExpression | bool | None:
+    """How `cls.forward` ends in a sigmoid: the input of its sigmoid call (castable), True for a
+    final `nn.Sequential(..., nn.Sigmoid())` layer, None when it does not."""
     methods = {f.name.value: f for f, owner in facts.function_class.items() if owner is cls}
     forward = methods.get("forward")
     if forward is None:
-        return False
+        return None
     returns = [n for n in descendants(forward.body) if isinstance(n, cst.Return) and n.value]
     if not returns:
-        return False
+        return None
     value = _peel(returns[-1].value)  # type: ignore[arg-type]
     key = dotted(value)
     if key is not None:  # `validity = self.model(img); return validity`
         bound = [b.value for b in facts.bindings if b.function is forward and b.keys == (key,)]
         if not bound:
-            return False
+            return None
         value = _peel(bound[-1])
-    if _is_sigmoid(value, facts):
+    if not (isinstance(value, cst.Call) and (dotted(value.func) or "").startswith("self.")):
+        return _sigmoid_input(value, facts) if _is_sigmoid(value, facts) else None
+    init = methods.get("__init__")
+    layers = [b.value for b in facts.bindings
+              if init is not None and b.function is init and b.keys == (dotted(value.func),)]
+    if any(_sequential_ends_in_sigmoid(layer, facts) for layer in layers):
         return True
-    if isinstance(value, cst.Call) and (dotted(value.func) or "").startswith("self."):
-        init = methods.get("__init__")
-        layer = dotted(value.func)
-        return init is not None and any(
-            _sequential_ends_in_sigmoid(b.value, facts)
-            for b in facts.bindings if b.function is init and b.keys == (layer,))
-    return False
+    if layers and all(isinstance(layer, cst.Call)
+                      and facts.imports.resolve(layer.func) == "torch.nn.Sigmoid"
+                      for layer in layers):
+        return _sigmoid_input(value, facts)  # `self.sigmoid = nn.Sigmoid()`
+    return None
+
+
+def _sigmoid_input(call: cst.BaseExpression, facts: ModuleFacts) -> cst.BaseExpression | bool:
+    """The input of `torch.sigmoid(h)`, `self.sigmoid(h)`, `h.sigmoid()` (True: not castable)."""
+    assert isinstance(call, cst.Call)
+    plain = [a for a in call.args if a.keyword is None and not a.star]
+    if len(call.args) == 1 and plain:
+        return plain[0].value
+    if not call.args and isinstance(call.func, cst.Attribute):
+        return call.func.value
+    return True
 
 
 def _sequential_ends_in_sigmoid(value: cst.BaseExpression, facts: ModuleFacts) -> bool:

@@ -43,11 +43,20 @@ def float32_inputs(ctx: RuleContext, moved: list[UnsafeLoss]) -> None:
 
 
 def report_saturation(ctx: RuleContext, inputs: list[SaturatingInput]) -> None:
+    """Cast a sigmoid's input to float32 where that is one edit; report the others."""
+    cast: set[int] = set()
     for found in inputs:
-        ctx.notes.append(Note("AMP132", found.call, f"binary cross-entropy on probabilities "
-                              f"from {found.source}: computed in bfloat16/float16 under "
-                              "autocast they round to 1.0 and the loss saturates; "
-                              f"{found.advice}"))
+        if found.cast is None:
+            ctx.notes.append(Note("AMP132", found.call, f"binary cross-entropy on probabilities "
+                                  f"from {found.source}: computed in bfloat16/float16 under "
+                                  "autocast they round to 1.0 and the loss saturates; "
+                                  f"{found.advice}"))
+        elif id(found.cast) not in cast:
+            cast.add(id(found.cast))
+            ctx.plan.replaces.append(Replace(found.cast, as_float))
+            ctx.notes.append(Note("AMP134", found.cast, "sigmoid input cast to float32 for "
+                                  "binary cross-entropy: bfloat16/float16 probabilities round "
+                                  "to 1.0 near 1 and the loss saturates"))
 
 
 def _keep_forwards_in_region(
