@@ -190,6 +190,10 @@ CODES: dict[str, Code] = {
     "AMP145": Code(Severity.SKIP, "apex.amp imported but never called",
                    "apex (SyncBatchNorm, fused optimizers) does not make a script mixed "
                    "precision: it is rewritten; remove the unused `amp` import."),
+    "AMP146": Code(Severity.SKIP, "Gram matrix under autocast may overflow float16",
+                   "A tensor multiplied by its own transpose sums squares (`torch.mm(f, f.t())`, "
+                   "a style loss): float16 overflows to inf and every step is skipped. Compute "
+                   "it in float32 under `autocast(enabled=False)`; bfloat16 is safe."),
     "AMP260": Code(Severity.SKIP, "model not initialized for O2/O3",
                    "The optimizer's model is unknown or already wrapped by DDP/FSDP: call "
                    "`scaler.initialize(model, optimizer)` by hand, before any wrapping."),

@@ -23,6 +23,7 @@ from amprewrite.analysis.frameworks import (
     precision_switches,
 )
 from amprewrite.analysis.function_regions import FunctionRegions, place_regions
+from amprewrite.analysis.gram_matrices import gram_matrices
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
@@ -116,7 +117,8 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
         schedulers=schedulers_after_steps(facts, kinds, training.updates_after,
                                           training.steps),
         hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions),
-                 *amp_training.notes, *apex.unused_imports],
+                 *amp_training.notes, *apex.unused_imports,
+                 *gram_matrices(facts, kinds, [r for s in splits for r in s.regions])],
         sharded=uses_fsdp(facts),
         custom_functions=custom_functions(facts),
         optimizer_builds=optimizer_builds(facts, training.steps),

@@ -1,0 +1,96 @@
+"""Gram matrices under autocast: a tensor multiplied by its own transpose overflows float16.
+
+`torch.mm(f, f.t())` sums squares over a whole feature map (neural style transfer's style
+loss, feature-correlation losses): in float16, whose largest value is 65504, the entries
+become inf and every step is skipped. bfloat16 has float32's range and is safe. The fix needs
+autocast off for that product (`with autocast(enabled=False): g = torch.mm(f.float(),
+f.float().t())`), a change of structure this rewrite does not make: each such product run
+under autocast is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import libcst as cst
+
+from amprewrite.analysis.escapes import run_under_caller
+from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.names import dotted
+from amprewrite.analysis.training_step import Note, Region
+from amprewrite.analysis.tree import descendants
+
+_PRODUCTS = frozenset({"mm", "matmul", "bmm"})
+_TRANSPOSES = frozenset({"t", "transpose", "permute", "T", "mT", "mH", "H"})
+
+
+def gram_matrices(facts: ModuleFacts, kinds: KindTable, regions: Iterable[Region]) -> list[Note]:
+    """Products of a tensor with its transpose run under autocast (in a region, or in a
+    model method or helper a region calls)."""
+    statements = [s for region in regions for s in region.statements]
+    in_region = {id(s) for s in statements}
+    functions = _with_callees(run_under_caller(facts, kinds, in_region), facts)
+    roots: list[cst.CSTNode] = [*statements, *(f.body for f in functions)]
+    notes, seen = [], set()
+    for root in roots:
+        for node in _products(root, facts):
+            if id(node) not in seen:
+                seen.add(id(node))
+                text = " ".join(facts.module.code_for_node(node).split())
+                notes.append(Note("AMP146", node, f"`{text}` multiplies a tensor by its own "
+                                  "transpose under autocast: in float16 its sums of squares "
+                                  "overflow to inf; compute it in float32 (`with autocast("
+                                  "enabled=False):` on `.float()` operands)"))
+    return notes
+
+
+def _with_callees(
+    functions: set[cst.FunctionDef], facts: ModuleFacts
+) -> set[cst.FunctionDef]:
+    """`functions` and the module functions they call, transitively (`gram_matrix(x)` called
+    from a loss module's forward)."""
+    by_name = {f.name.value: f for f in facts.functions}
+    found, todo = set(functions), list(functions)
+    while todo:
+        function = todo.pop()
+        for site in facts.calls:
+            callee = by_name.get((dotted(site.call.func) or "").removeprefix("self."))
+            if site.function is function and callee is not None and callee not in found:
+                found.add(callee)
+                todo.append(callee)
+    return found
+
+
+def _products(root: cst.CSTNode, facts: ModuleFacts) -> Iterator[cst.CSTNode]:
+    for node in descendants(root):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            if _is_transpose_of(node.right, node.left, facts):
+                yield node
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in _PRODUCTS:
+            args = [a.value for a in node.args if a.keyword is None and not a.star]
+            resolved = facts.imports.resolve(node.func) or ""
+            if resolved.startswith("torch.") and len(args) == 2:
+                left, right = args  # torch.mm(f, f.t())
+            elif not resolved and len(args) == 1:
+                left, right = node.func.value, args[0]  # f.mm(f.t())
+            else:
+                continue
+            if _is_transpose_of(right, left, facts):
+                yield node
+
+
+def _is_transpose_of(
+    node: cst.BaseExpression, of: cst.BaseExpression, facts: ModuleFacts
+) -> bool:
+    """`f.t()`, `f.T`, `f.transpose(1, 2)` of the same expression as `of` (same source)."""
+    if isinstance(node, cst.Attribute) and node.attr.value in _TRANSPOSES:
+        inner = node.value
+    elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+          and node.func.attr.value in _TRANSPOSES):
+        inner = node.func.value
+    else:
+        return False
+    code = facts.module.code_for_node
+    return "".join(code(inner).split()) == "".join(code(of).split())
