@@ -142,10 +142,18 @@ class _Scopes:
         if (name, autocast) not in self.parameter_uses:
             self.parameter_uses[name, autocast] = {}  # a recursive call sees none
             uses: dict[int | str, str] = {}
-            for function in self.by_name.get(name, ()):
+            for function in self._callees(name):
                 uses.update(self._parameter_uses(function, name, autocast))
             self.parameter_uses[name, autocast] = uses
         return self.parameter_uses[name, autocast]
+
+    def _callees(self, name: str) -> list[cst.FunctionDef]:
+        """The module's functions `name` may call: `helper`, `self.helper`, or the methods
+        of the module's classes named like the attribute of `meter.update`."""
+        if "." not in name:
+            return self.by_name.get(name, [])
+        method = name.rsplit(".", 1)[1]
+        return [f for f in self.by_name.get(method, []) if f in self.facts.function_class]
 
     def _parameter_uses(
         self, function: cst.FunctionDef, name: str, autocast: bool
@@ -259,8 +267,9 @@ class _Scope:
         elif isinstance(small, cst.Return) and small.value is not None:
             self.check(small.value)
             value = small.value
-            elements = value.elements if isinstance(value, cst.Tuple) else [value]
-            flags = tuple(self.is_low(getattr(e, "value", e)) for e in elements)
+            elements = ([e.value for e in value.elements] if isinstance(value, cst.Tuple)
+                        else [value])
+            flags = tuple(self.is_low(e) for e in elements)
             if len(flags) == len(self.returned):  # several returns: low where any is
                 flags = tuple(a or b for a, b in zip(flags, self.returned, strict=True))
             self.returned = flags
