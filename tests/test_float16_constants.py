@@ -39,7 +39,9 @@ def _rewrite(body: str) -> tuple[str, list[str]]:
 
 
 @pytest.mark.parametrize("value", ["-1e9", "-10**9", 'float("-1e9")', "-1_000_000_000",
-                                   "BIG", "-1 * 2**31", "-65505.0"])
+                                   "BIG", "-1 * 2**31", "-65505.0",
+                                   "torch.finfo(torch.float32).min", "torch.finfo().min",
+                                   "np.finfo(np.float64).min", "torch.finfo(torch.bfloat16).min"])
 def test_every_spelling_of_a_huge_negative_fill_is_rewritten(value: str) -> None:
     output, codes = _rewrite(f"s = q @ k.transpose(-2, -1)\nreturn s.masked_fill(mask, {value})")
     assert "s.masked_fill(mask, torch.finfo(s.dtype).min)" in output
@@ -122,3 +124,11 @@ def attention(query, key, mask):
     source = "import math\n" + TEMPLATE.replace("{body}", "return attention(q, k, mask)") + helper
     output = rewrite_source(source.encode(), Options()).source.decode()
     assert "scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)" in output
+
+
+@pytest.mark.parametrize("value", ["torch.finfo(s.dtype).min", "torch.finfo(torch.float16).min",
+                                   "float('-inf')"])
+def test_fills_every_dtype_holds_are_left_alone(value: str) -> None:
+    output, codes = _rewrite(f"s = q @ k.transpose(-2, -1)\nreturn s.masked_fill(mask, {value})")
+    assert f"s.masked_fill(mask, {value})" in output
+    assert codes == []

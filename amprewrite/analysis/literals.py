@@ -1,8 +1,8 @@
 """Numeric constants written in source, and whether float16 can hold them.
 
 A constant is any expression that evaluates to a number without running the script: `1e9`,
-`-1e9`, `-10**9`, `1_000_000`, `float("-1e9")`, `-1 * 2**31`, or a module-level name bound
-to one once (`NEG_INF = -1e9`).
+`-1e9`, `-10**9`, `1_000_000`, `float("-1e9")`, `-1 * 2**31`, `torch.finfo(torch.float32).min`,
+or a module-level name bound to one once (`NEG_INF = -1e9`).
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def numeric_value(
             return _BINARY[type(node.operator)](left, right)
         except (ArithmeticError, ValueError):
             return None
+    if isinstance(node, cst.Attribute):
+        return _finfo_limit(node)
     if (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
             and node.func.value in ("float", "int") and len(node.args) == 1):
         argument = node.args[0].value
@@ -62,6 +64,31 @@ def numeric_value(
                 return None
         return numeric_value(argument, names)
     return None
+
+
+# The limits of the wide float types, by the names torch and numpy give them.
+_FINFO_MAX = {"float32": 3.4028234663852886e38, "float": 3.4028234663852886e38,
+              "single": 3.4028234663852886e38, "float64": 1.7976931348623157e308,
+              "double": 1.7976931348623157e308, "bfloat16": 3.3895313892515355e38}
+
+
+def _finfo_limit(node: cst.Attribute) -> float | None:
+    """`torch.finfo(torch.float32).min`, `np.finfo(np.float64).max`, `torch.finfo().max`: a
+    fixed wide type's limit (`torch.finfo(x.dtype).min` depends on `x`: not a constant)."""
+    call = node.value
+    if node.attr.value not in ("min", "max") or not (
+            isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "finfo" and len(call.args) <= 1):
+        return None
+    if call.args:
+        dtype = call.args[0].value
+        name = dtype.attr.value if isinstance(dtype, cst.Attribute) else None
+        if name not in _FINFO_MAX:
+            return None
+    else:
+        name = "float32"  # torch.finfo() is the default dtype's
+    limit = _FINFO_MAX[name]
+    return -limit if node.attr.value == "min" else limit
 
 
 def module_constants(facts: ModuleFacts) -> dict[str, float]:
