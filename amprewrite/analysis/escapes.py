@@ -113,7 +113,7 @@ class _Scopes:
         self.returns: dict[str, tuple[bool, ...]] = {}  # function name -> low per element
         self.result = Escapes()
         self.record = False
-        self.under_caller = run_under_caller(facts, kinds, in_region)
+        self.under_caller = _run_under_caller(facts, kinds, in_region)
         self.by_name: dict[str, list[cst.FunctionDef]] = {}
         for function in facts.functions:
             self.by_name.setdefault(function.name.value, []).append(function)
@@ -546,7 +546,7 @@ def _elements(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | No
     return None
 
 
-def run_under_caller(
+def _run_under_caller(
     facts: ModuleFacts, kinds: KindTable, in_region: set[int]
 ) -> set[cst.FunctionDef]:
     """Functions that may run under their caller's autocast: the methods of the module's

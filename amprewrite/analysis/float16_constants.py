@@ -62,7 +62,7 @@ def float16_constants(
     for function in _functions_of(regions, facts):
         finder.scan(function, lambda statement: any(
             id(outer) in inside for outer in facts.enclosing_statements(statement)))
-    for function in _functions_run(regions, facts, kinds):
+    for function in functions_run(regions, facts, kinds):
         finder.scan(function, lambda statement: True)
     return found
 
@@ -223,7 +223,7 @@ def _duplicable(node: cst.BaseExpression) -> bool:
 
 
 # Code a region runs ----------------------------------------------------------------------------
-def _functions_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
+def functions_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
                    ) -> Iterator[cst.FunctionDef]:
     """The functions whose whole body runs under autocast: `forward` of each model class a
     region runs (and of the classes those build; every model class of the file when a model's

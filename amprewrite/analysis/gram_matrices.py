@@ -14,10 +14,9 @@ from collections.abc import Iterable, Iterator
 
 import libcst as cst
 
-from amprewrite.analysis.escapes import run_under_caller
 from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.float16_constants import functions_run
 from amprewrite.analysis.kinds import KindTable
-from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note, Region
 from amprewrite.analysis.tree import descendants
 
@@ -28,10 +27,10 @@ _TRANSPOSES = frozenset({"t", "transpose", "permute", "T", "mT", "mH", "H"})
 def gram_matrices(facts: ModuleFacts, kinds: KindTable, regions: Iterable[Region]) -> list[Note]:
     """Products of a tensor with its transpose run under autocast (in a region, or in a
     model method or helper a region calls)."""
+    regions = list(regions)
     statements = [s for region in regions for s in region.statements]
-    in_region = {id(s) for s in statements}
-    functions = _with_callees(run_under_caller(facts, kinds, in_region), facts)
-    roots: list[cst.CSTNode] = [*statements, *(f.body for f in functions)]
+    roots: list[cst.CSTNode] = [*statements,
+                                *(f.body for f in functions_run(regions, facts, kinds))]
     notes, seen = [], set()
     for root in roots:
         for node in _products(root, facts):
@@ -43,23 +42,6 @@ def gram_matrices(facts: ModuleFacts, kinds: KindTable, regions: Iterable[Region
                                   "overflow to inf; compute it in float32 (`with autocast("
                                   "enabled=False):` on `.float()` operands)"))
     return notes
-
-
-def _with_callees(
-    functions: set[cst.FunctionDef], facts: ModuleFacts
-) -> set[cst.FunctionDef]:
-    """`functions` and the module functions they call, transitively (`gram_matrix(x)` called
-    from a loss module's forward)."""
-    by_name = {f.name.value: f for f in facts.functions}
-    found, todo = set(functions), list(functions)
-    while todo:
-        function = todo.pop()
-        for site in facts.calls:
-            callee = by_name.get((dotted(site.call.func) or "").removeprefix("self."))
-            if site.function is function and callee is not None and callee not in found:
-                found.add(callee)
-                todo.append(callee)
-    return found
 
 
 def _products(root: cst.CSTNode, facts: ModuleFacts) -> Iterator[cst.CSTNode]:
