@@ -64,6 +64,7 @@ KEPT_BY_REVERT = {
     "rule_escape_foreign_calls": b"accuracy(logits.detach().float(), y, top=2)",
     "rule_escape_logging": b'"train/probs": probs.float()',
     "rule_escape_returns_and_methods": b"meter.update(out.float(), yb)",
+    "model_output_object": b"logits.cpu().float().numpy()",
     "rule_bce_inline_forward": b"discriminator_out = discriminator(gen_imgs)",
     "rule_bce_inline_backward": b"bce(model_out.float(), y).backward()",
     "sigmoid_forward_bce": b"self.sigmoid(output.float())",

@@ -36,6 +36,12 @@ _NOT_LOW_TORCH = frozenset({
     "as_tensor", "from_numpy", "randn", "rand", "randint", "zeros", "ones", "full", "empty",
     "arange", "linspace", "manual_seed",
 })
+# Attributes of a tensor that are not tensors (any other attribute of a low-precision value,
+# `out.data` or a model output's `outputs.logits`, is low precision too).
+_NOT_TENSOR_ATTRIBUTES = frozenset({
+    "shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout",
+    "names", "is_leaf", "is_sparse", "itemsize", "nbytes",
+})
 # Index results of these are indices: `out.max(1)[1]`, `values, indices = out.topk(5)`.
 _VALUES_AND_INDICES = frozenset({"max", "min", "topk", "sort", "mode", "median", "kthvalue"})
 # Functions whose tensor inputs must share one dtype (outside autocast).
@@ -473,8 +479,8 @@ class _Scope:
                 if isinstance(index, cst.Index) and getattr(index.value, "value", "") == "1":
                     return False
             return self.is_low(node.value)
-        if isinstance(node, cst.Attribute):
-            return node.attr.value in ("data", "T", "mT", "real") and self.is_low(node.value)
+        if isinstance(node, cst.Attribute):  # `out.data`, `outputs.logits` of a model output
+            return node.attr.value not in _NOT_TENSOR_ATTRIBUTES and self.is_low(node.value)
         if isinstance(node, cst.Call):
             return self.call_is_low(node)
         if isinstance(node, cst.BinaryOperation):
