@@ -140,7 +140,6 @@ class _Scopes:
             if not record:
                 self.returns[function.name.value] = scope.returned
 
-
     def float32_parameters(self, call: cst.Call, autocast: bool) -> dict[int | str, str]:
         """The parameters of the module function `call` reaches (by position, and by name)
         whose value reaches a float32 use inside it, each with that use."""
@@ -164,20 +163,15 @@ class _Scopes:
     def _parameter_uses(
         self, function: cst.FunctionDef, name: str, autocast: bool
     ) -> dict[int | str, str]:
-        params = function.params
-        positional = [*params.posonly_params, *params.params]
-        if function in self.facts.function_class and not any(
-            dotted(d.decorator) == "staticmethod" for d in function.decorators
-        ):
-            positional = positional[1:]  # `self` / `cls`
+        positional, keyword_only = self.facts.parameters(function)
         uses: dict[int | str, str] = {}
-        for position, param in [*enumerate(positional), *((None, p) for p in params.kwonly_params)]:
+        for position, param in [*enumerate(positional), *((None, p) for p in keyword_only)]:
             probe = _Scope(self, autocast=autocast or function in self.under_caller)
-            probe.low, probe.probe = {param.name.value}, []
+            probe.low, probe.probe = {param}, []
             probe.block(function.body.body)
             if probe.probe:
                 use = f"{probe.probe[0]} in `{name}()`"
-                uses[param.name.value] = use
+                uses[param] = use
                 if position is not None:
                     uses[position] = use
         return uses

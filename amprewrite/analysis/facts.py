@@ -95,6 +95,18 @@ class ModuleFacts:
                 return outer
         return None
 
+    def parameters(self, function: cst.FunctionDef) -> tuple[list[str], list[str]]:
+        """`function`'s positional parameters (without a method's `self`/`cls`) and its
+        keyword-only ones, by name."""
+        params = function.params
+        positional = [p.name.value for p in (*params.posonly_params, *params.params)]
+        if function in self.function_class and not any(
+            isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+            for d in function.decorators
+        ):
+            positional = positional[1:]
+        return positional, [p.name.value for p in params.kwonly_params]
+
     def position(self, statement: Statement) -> tuple[Block, int]:
         info = self.statements[statement]
         return info.block, info.index

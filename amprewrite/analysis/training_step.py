@@ -201,12 +201,8 @@ def _regions_at_callers(site: CallSite, facts: ModuleFacts, kinds: KindTable) ->
     function, key = site.function, receiver_key(site.call.func.value)  # type: ignore[attr-defined]
     if function is None or key is None:
         return []
-    positional = [p.name.value for p in (*function.params.posonly_params,
-                                        *function.params.params)]
-    if function in facts.function_class:
-        positional = positional[1:]  # `self`
-    keywords = {p.name.value for p in function.params.kwonly_params} | set(positional)
-    if key not in keywords:
+    positional, keyword_only = facts.parameters(function)
+    if key not in (*positional, *keyword_only):
         return []
     name = function.name.value
     regions = []
@@ -276,15 +272,10 @@ def _maybe_unbound(step: CallSite, facts: ModuleFacts) -> bool:
     scopes = {b.function for b in facts.bindings if key in b.keys}
     if step.function in scopes:
         return not bound_on_every_path(key, step.statement, facts)
-    if not scopes or (step.function is not None and key in _parameters(step.function)):
+    if not scopes or (step.function is not None
+                      and key in {n for names in facts.parameters(step.function) for n in names}):
         return False  # a parameter, or bound where this file cannot see
     return not any(bound_in_scope(key, scope, facts) for scope in scopes)
-
-
-def _parameters(function: cst.FunctionDef) -> set[str]:
-    params = function.params
-    return {p.name.value for p in (*params.posonly_params, *params.params,
-                                   *params.kwonly_params)}
 
 
 def same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:
