@@ -5,9 +5,10 @@
 Each script of `benchmarks/trust_corpus/` (NAMES: file stems or unique prefixes such as `04`;
 all by default) runs as written (FP32) on the CPU, is rewritten by amprewrite at O1 (findings
 kept), and the rewrite runs once per mode of `MODES`: bfloat16 (the runtime's CPU default),
-float16 with dynamic loss scaling (`AMPREWRITE_DTYPE=float16`, the CUDA path), and, where
-`tests.execution.run_script` accepts `overflow_at`, float16 with an inf injected into one
-gradient so skipped steps and skip branches really run. Every run is classified:
+float16 with dynamic loss scaling (`AMPREWRITE_DTYPE=float16`, the CUDA path, with CUDA's
+defaults and its refusal of binary cross-entropy under autocast: see `tests/_bootstrap.py`),
+and, where `tests.execution.run_script` accepts `overflow_at`, float16 with an inf injected
+into one gradient so skipped steps and skip branches really run. Every run is classified:
 
 * trains: finishes, saw a low-precision Linear/Conv output while training, and the mean of its
   last losses is within the script's tolerance of FP32's (of its FP32 twin where the float16
@@ -46,7 +47,7 @@ if str(REPO_ROOT) not in sys.path:
 from amprewrite.engine import RewriteError, rewrite_source  # noqa: E402
 from amprewrite.findings import Finding, Severity  # noqa: E402
 from amprewrite.options import Options  # noqa: E402
-from tests.execution import BFLOAT16, FLOAT16, ScriptRun, run_script  # noqa: E402
+from tests.execution import BFLOAT16, FLOAT16, FLOAT16_ENV, ScriptRun, run_script  # noqa: E402
 
 TRAINS, DIVERGES, CRASHES, STAYS_FP32, NOT_JUDGED = (
     "trains", "diverges", "crashes", "stays FP32", "not judged")
@@ -92,12 +93,13 @@ class Mode:
 
 def available_modes() -> list[Mode]:
     """bfloat16, float16 and, when the harness supports it, float16 with an injected overflow."""
+    float16 = tuple(sorted(FLOAT16_ENV.items()))  # with CUDA's defaults and its BCE refusal
     modes = [
         Mode("bfloat16", BFLOAT16, (("AMPREWRITE_DTYPE", "bfloat16"),)),
-        Mode("float16", FLOAT16, (("AMPREWRITE_DTYPE", "float16"),), recurrent_ok=False),
+        Mode("float16", FLOAT16, float16, recurrent_ok=False),
     ]
     if "overflow_at" in inspect.signature(run_script).parameters:
-        modes.append(Mode("float16+overflow", FLOAT16, (("AMPREWRITE_DTYPE", "float16"),),
+        modes.append(Mode("float16+overflow", FLOAT16, float16,
                           (("overflow_at", OVERFLOW_AT),), recurrent_ok=False))
     return modes
 

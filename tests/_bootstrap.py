@@ -43,7 +43,8 @@ environment): a `--plain` rewrite uses torch.amp with the device's defaults
 (`torch.autocast(amp_device)`, `GradScaler(amp_device, enabled=amp_device == "cuda")`), which
 `AMPREWRITE_DTYPE` cannot reach; with this set, a CPU autocast region opened without a dtype
 runs in float16 and a CPU grad scaler the script (not torch, not amprewrite_runtime) creates
-disabled is enabled, as on a GPU.
+disabled is enabled, as on a GPU; and binary cross-entropy under autocast raises, as CUDA's
+autocast makes it.
 
 The record is written when the script finishes, also when it raises (the traceback is kept
 and the exit status is 1) or calls `sys.exit` (its status is kept).
@@ -363,6 +364,25 @@ def _install_cuda_defaults() -> None:
     grad_scaler_.__wrapped__ = scaler_init
     autocast_mode.autocast.__init__ = autocast
     grad_scaler.GradScaler.__init__ = grad_scaler_
+    _refuse_binary_cross_entropy_under_autocast()
+
+
+def _refuse_binary_cross_entropy_under_autocast() -> None:
+    """CUDA autocast raises on binary cross-entropy (nn.BCELoss calls the same function); the
+    CPU's does not, so a float16 run on this CPU would hide the crash it has on a GPU."""
+    import torch
+    import torch.nn.functional as F
+
+    bce = F.binary_cross_entropy
+
+    def binary_cross_entropy(*args, **kwargs):
+        if torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss "
+                               "are unsafe to autocast (as CUDA autocast refuses them)")
+        return bce(*args, **kwargs)
+
+    binary_cross_entropy.__wrapped__ = bce
+    F.binary_cross_entropy = binary_cross_entropy
 
 
 def _write(out_path: str, record: dict) -> None:

@@ -80,6 +80,9 @@ RUNNABLE = [
     Runnable("optimizer_bound_in_main_guard"),
     Runnable("rule_grad_clamp_loop"),
     Runnable("stateful_model_hidden"),
+    Runnable("vae_loss_helper"),
+    Runnable("rule_grad_clip_helper"),
+    Runnable("model_tuple_int_output"),
     Runnable("saliency_and_train"),
 ]
 

@@ -124,6 +124,8 @@ class _Scopes:
         for function in facts.functions:
             self.by_name.setdefault(function.name.value, []).append(function)
         self.parameter_uses: dict[tuple[str, bool], dict[int | str, str]] = {}
+        self.model_forwards = _model_forwards(facts)  # `model` -> Net.forward for `Net()`
+        self.forward_returns: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.array_objects = {  # `writer = SummaryWriter(...)`, `run = wandb.init(...)`
             key for b in facts.bindings if isinstance(b.value, cst.Call)
             and _in_array_library(facts.imports.resolve(b.value.func) or "") for key in b.keys
@@ -139,6 +141,8 @@ class _Scopes:
             scope.block(function.body.body)
             if not record:
                 self.returns[function.name.value] = scope.returned
+                if function.name.value == "forward":
+                    self.forward_returns[function] = scope.returned
 
     def float32_parameters(self, call: cst.Call, autocast: bool) -> dict[int | str, str]:
         """The parameters of the module function `call` reaches (by position, and by name)
@@ -385,7 +389,14 @@ class _Scope:
         elif module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
             use = f"`{dotted(func)}` with float32 weights"
         elif is_loss_call(call, self.s.facts, kinds):
-            use = f"the loss `{dotted(func) or 'call'}` with float32 inputs"
+            # Only the prediction: a loss's other arguments are targets, often integer labels
+            # (`.float()` on them breaks cross_entropy), and losses promote float targets.
+            prediction = next((a for a in call.args if not a.star and (
+                a.keyword is None or a.keyword.value == "input")), None)
+            if prediction is not None:
+                self.cast_if_low(prediction.value,
+                                 f"the loss `{dotted(func) or 'call'}` with float32 inputs")
+            return
         else:
             return
         for arg in call.args:
@@ -457,7 +468,12 @@ class _Scope:
 
     # Values -------------------------------------------------------------------------------
     def summary(self, call: cst.Call) -> tuple[bool, ...] | None:
+        """Which returned values of the module function (or model `forward`) `call` runs are
+        low precision."""
         name = (dotted(call.func) or "").removeprefix("self.")
+        forward = self.s.model_forwards.get(dotted(call.func) or "")
+        if forward is not None:
+            return self.s.forward_returns.get(forward)
         return self.s.returns.get(name)
 
     def is_low(self, node: cst.BaseExpression | None) -> bool:
@@ -562,6 +578,23 @@ def _run_under_caller(
         if name in by_name:
             under.add(by_name[name])
     return under
+
+
+def _model_forwards(facts: ModuleFacts) -> dict[str, cst.FunctionDef]:
+    """Keys bound to an instance of one of the file's classes (`model = Net().to(device)`),
+    each with that class's `forward`."""
+    forwards = {cls.name.value: f for f, cls in facts.function_class.items()
+                if f.name.value == "forward"}
+    found: dict[str, cst.FunctionDef] = {}
+    for binding in facts.bindings:
+        value = binding.value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                and value.func.attr.value in ("to", "cuda", "cpu", "train", "eval"):
+            value = value.func.value
+        forward = forwards.get(dotted(value.func) or "") if isinstance(value, cst.Call) else None
+        if forward is not None and len(binding.keys) == 1:
+            found[binding.keys[0]] = forward
+    return found
 
 
 def _is_module_class(cls: cst.ClassDef, facts: ModuleFacts) -> bool:

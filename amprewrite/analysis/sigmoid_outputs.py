@@ -64,6 +64,9 @@ def _sigmoid_source(
         if not earlier:
             return None
         node = _peel(earlier[-1].value)
+        if _is_sigmoid(node, facts):  # `recon = torch.sigmoid(model(x))`: cast its input
+            return ("a sigmoid", "pass the logits to `nn.BCEWithLogitsLoss` instead",
+                    _sigmoid_input(node, facts))
     if not isinstance(node, cst.Call):
         return None
     model = dotted(node.func)

@@ -8,6 +8,7 @@ under autocast, as a statement of its own at the end of the region before the lo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -57,14 +58,52 @@ class SplitRegions:
         return [call.args[0].value for loss in self.moved_out for call in loss.calls]
 
 
-def unsafe_calls(node: cst.CSTNode, facts: ModuleFacts, kinds: KindTable) -> list[cst.Call]:
+def unsafe_calls(
+    node: cst.CSTNode, facts: ModuleFacts, kinds: KindTable, helpers: Mapping[str, bool] = {}
+) -> list[cst.Call]:
+    """The unsafe loss calls in `node`, and the calls of `helpers` (local functions that
+    compute one: `loss_function(recon, x, mu, logvar)` in pytorch/examples' VAE)."""
     found = []
     for call in calls_in(node):
         name = facts.imports.resolve(call.func) or kinds.constructors.get(
             dotted(call.func) or "", "")
-        if name in _UNSAFE and call.args:
+        if (name in _UNSAFE or _helper_name(call) in helpers) and call.args:
             found.append(call)
     return found
+
+
+def unsafe_helpers(facts: ModuleFacts, kinds: KindTable) -> dict[str, bool]:
+    """The module's functions that compute an unsafe loss, directly or through the functions
+    they call, by the name they are called with; True where the loss's input is the function's
+    first parameter (so casting the call's first argument makes it float32)."""
+    helpers: dict[str, bool] = {}
+    grown = True
+    while grown:
+        grown = False
+        for function in facts.functions:
+            name = function.name.value
+            calls = unsafe_calls(function.body, facts, kinds, helpers)
+            if name in helpers or not calls:
+                continue
+            positional, _ = facts.parameters(function)
+            first = positional[0] if positional else None
+            helpers[name] = all(dotted(_peel(call.args[0].value)) == first
+                                and helpers.get(_helper_name(call) or "", True) for call in calls)
+            grown = True
+    return helpers
+
+
+def _helper_name(call: cst.Call) -> str | None:
+    name = dotted(call.func)
+    return name.removeprefix("self.") if name is not None else None
+
+
+def _peel(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`recon_x.view(-1, 784)` -> `recon_x`."""
+    while (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+           and node.func.attr.value in ("view", "reshape", "flatten", "squeeze", "unsqueeze")):
+        node = node.func.value
+    return node
 
 
 def split_unsafe_losses(
@@ -72,22 +111,25 @@ def split_unsafe_losses(
 ) -> SplitRegions:
     """Cut statements computing an unsafe loss out of `regions`."""
     result = SplitRegions()
+    helpers = unsafe_helpers(facts, kinds)
     for region in regions:
         hoist = region.hoist
         start = region.start
-        if hoist is not None and unsafe_calls(hoist.call.func.value, facts, kinds):  # type: ignore[attr-defined]
+        if hoist is not None and unsafe_calls(hoist.call.func.value, facts, kinds, helpers):  # type: ignore[attr-defined]
             # `bce(model(x), y).backward()`: the backward stays, its forward joins the region.
             block, index = facts.position(hoist.statement)
-            result.moved_out.append(_unsafe_loss(hoist.statement, block, index, facts, kinds))
+            result.moved_out.append(
+                _unsafe_loss(hoist.statement, block, index, facts, kinds, helpers))
             rest = Region(region.block, start, region.end)
             if start <= region.end and any(is_compute(s, facts) for s in rest.statements):
                 result.regions.append(rest)
             continue
         for index in range(region.start, region.end + 1):
             statement = region.block.body[index]
-            if not unsafe_calls(statement, facts, kinds):
+            if not unsafe_calls(statement, facts, kinds, helpers):
                 continue
-            result.moved_out.append(_unsafe_loss(statement, region.block, index, facts, kinds))
+            result.moved_out.append(
+                _unsafe_loss(statement, region.block, index, facts, kinds, helpers))
             if index > start:
                 result.regions.append(Region(region.block, start, index - 1))
             start = index + 1
@@ -100,9 +142,11 @@ def split_unsafe_losses(
 
 
 def _unsafe_loss(
-    statement: Statement, block: Block, index: int, facts: ModuleFacts, kinds: KindTable
+    statement: Statement, block: Block, index: int, facts: ModuleFacts, kinds: KindTable,
+    helpers: Mapping[str, bool],
 ) -> UnsafeLoss:
-    calls = tuple(unsafe_calls(statement, facts, kinds))
+    calls = tuple(call for call in unsafe_calls(statement, facts, kinds, helpers)
+                  if helpers.get(_helper_name(call) or "", True))  # those whose input is cast
     forwards = tuple(call.args[0].value for call in calls
                      if runs_forward(call.args[0].value, facts, kinds))
     return UnsafeLoss(statement, calls, block, index, forwards)

@@ -37,6 +37,7 @@ def gradient_uses(
     first of them is where `unscale_` goes."""
     unscales: list[Unscale] = []
     clips: list[Clip] = []
+    readers = _grad_readers(facts)
     for step in steps:
         optimizer = step.call.func.value  # type: ignore[attr-defined]
         end = facts.order[step.statement]
@@ -55,7 +56,7 @@ def gradient_uses(
             info = facts.statements.get(line)
             if (isinstance(line, cst.SimpleStatementLine) and info is not None
                     and info.function is step.function and start < position < end
-                    and reads_grad(line)):
+                    and (reads_grad(line) or _calls_any(line, readers))):
                 found.append((position, line, "code that reads `.grad`"))
         if found:
             _, statement, reason = min(found, key=lambda item: item[0])
@@ -91,6 +92,26 @@ def _outside_loops(target: Statement, step: Statement, facts: ModuleFacts) -> St
         if isinstance(outer, cst.For | cst.While) and outer not in around_step:
             target = outer
     return target
+
+
+def _grad_readers(facts: ModuleFacts) -> set[str]:
+    """How the module's functions that read `.grad` (themselves or through the functions they
+    call) are called: `clip_gradient` for a function, `self.clip` for a method."""
+    names = {f: f.name.value if f not in facts.function_class else f"self.{f.name.value}"
+             for f in facts.functions}
+    readers = {names[f] for f in facts.functions if reads_grad(f.body)}
+    grown = True
+    while grown:
+        grown = False
+        for function, name in names.items():
+            if name not in readers and _calls_any(function.body, readers):
+                readers.add(name)
+                grown = True
+    return readers
+
+
+def _calls_any(node: cst.CSTNode, names: set[str]) -> bool:
+    return any(isinstance(n, cst.Call) and dotted(n.func) in names for n in walk(node))
 
 
 def _is_clip(call: cst.Call) -> bool:
