@@ -60,28 +60,22 @@ def serve() -> None:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     selector = selectors.DefaultSelector()
-    selector.register(sys.stdin, selectors.EVENT_READ)
+    requests = sys.stdin.fileno()
+    selector.register(requests, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
+    pending = b""  # read but not yet handled: one read may bring several requests
     open_input = True
     while open_input or children:
         for key, _ in selector.select():
-            if key.fileobj is sys.stdin:
-                line = sys.stdin.readline()
-                if not line:
+            if key.fd == requests:
+                data = os.read(requests, 65536)
+                if not data:
                     open_input = False
-                    selector.unregister(sys.stdin)
+                    selector.unregister(requests)
                     continue
-                request = json.loads(line)
-                if "kill" in request:
-                    for pid, ident in children.items():
-                        if ident == request["kill"]:
-                            os.kill(pid, signal.SIGKILL)
-                    continue
-                sys.stdout.flush()
-                pid = os.fork()
-                if pid == 0:
-                    _child(request)
-                children[pid] = request["id"]
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    _handle(json.loads(line), children)
             else:
                 os.read(wake_read, 512)
         while children:
@@ -92,6 +86,20 @@ def serve() -> None:
             if ident is not None:
                 print(json.dumps({"id": ident, "returncode": os.waitstatus_to_exitcode(status)}),
                       flush=True)
+
+
+def _handle(request: dict, children: dict[int, int]) -> None:
+    """Fork a child for a run request, or kill the child of a kill request."""
+    if "kill" in request:
+        for pid, ident in children.items():
+            if ident == request["kill"]:
+                os.kill(pid, signal.SIGKILL)
+        return
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        _child(request)
+    children[pid] = request["id"]
 
 
 if __name__ == "__main__":
