@@ -83,6 +83,7 @@ RUNNABLE = [
     Runnable("vae_loss_helper"),
     Runnable("rule_grad_clip_helper"),
     Runnable("model_tuple_int_output"),
+    Runnable("optional_encoder_optimizer"),
     Runnable("saliency_and_train"),
 ]
 

@@ -176,6 +176,8 @@ class KindTable:
             if name in self._function_names:
                 return _classify_local_callable(name)
             return None  # calling a variable (a model's forward, a loss function): a result
+        if isinstance(value, cst.IfExp):  # `Adam(...) if fine_tune else None`
+            return self.kind_of_value(value.body) or self.kind_of_value(value.orelse)
         return self.of_expr(value)
 
     def _from_bindings(self) -> None:

@@ -125,6 +125,10 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                     "is bound only on some paths; the scaler cannot be used where it may be "
                     "missing; training step left unchanged")
                for s in optimizer_steps if _maybe_unbound(s, facts)]
+    unbound += [Note("AMP212", u.optimizer, f"`{_code(facts, u.optimizer)}` may be None where "
+                     "its gradients would be unscaled (no check of it around that point); "
+                     "training step left unchanged")
+                for u in unscales if _unguarded_none(u, facts)]
     if protocol.problems or unbound:
         result.notes.extend(unbound)
         result.notes.extend(
@@ -276,6 +280,22 @@ def _maybe_unbound(step: CallSite, facts: ModuleFacts) -> bool:
                       and key in {n for names in facts.parameters(step.function) for n in names}):
         return False  # a parameter, or bound where this file cannot see
     return not any(bound_in_scope(key, scope, facts) for scope in scopes)
+
+
+def _unguarded_none(unscale: Unscale, facts: ModuleFacts) -> bool:
+    """The optimizer may be None (`opt = Adam(...) if fine_tune else None`) and no `if`
+    around the unscale point tests it."""
+    key = receiver_key(unscale.optimizer)
+    may_be_none = any(key in b.keys and _none_branch(b.value) for b in facts.bindings)
+    return may_be_none and not any(
+        isinstance(outer, cst.If) and key in set(iter_keys(outer.test))
+        for outer in facts.enclosing_statements(unscale.statement))
+
+
+def _none_branch(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.IfExp):
+        return _none_branch(value.body) or _none_branch(value.orelse)
+    return isinstance(value, cst.Name) and value.value == "None"
 
 
 def same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
-from amprewrite.analysis.names import dotted, walk
+from amprewrite.analysis.names import dotted, iter_keys, walk
 
 _CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 
@@ -38,8 +38,10 @@ def gradient_uses(
     unscales: list[Unscale] = []
     clips: list[Clip] = []
     readers = _grad_readers(facts)
+    stepped = {dotted(s.call.func.value) for s in steps}  # type: ignore[attr-defined]
     for step in steps:
         optimizer = step.call.func.value  # type: ignore[attr-defined]
+        others = stepped - {dotted(optimizer)}
         end = facts.order[step.statement]
         prior = [facts.order[b.statement] for b in backwards
                  if b.function is step.function and facts.order[b.statement] < end]
@@ -49,14 +51,16 @@ def gradient_uses(
         found: list[tuple[int, Statement, str]] = []
         for site in facts.calls:
             position = facts.order[site.statement]
-            if site.function is step.function and start < position < end and _is_clip(site.call):
+            if (site.function is step.function and start < position < end
+                    and _is_clip(site.call) and not _names_another(site.call, optimizer, others)):
                 found.append((position, site.statement, "gradient clipping"))
                 clips.append(Clip(site, optimizer))
         for line, position in facts.order.items():
             info = facts.statements.get(line)
             if (isinstance(line, cst.SimpleStatementLine) and info is not None
                     and info.function is step.function and start < position < end
-                    and (reads_grad(line) or _calls_any(line, readers))):
+                    and (reads_grad(line) or _calls_any(line, readers))
+                    and not _names_another(line, optimizer, others)):
                 found.append((position, line, "code that reads `.grad`"))
         if found:
             _, statement, reason = min(found, key=lambda item: item[0])
@@ -92,6 +96,13 @@ def _outside_loops(target: Statement, step: Statement, facts: ModuleFacts) -> St
         if isinstance(outer, cst.For | cst.While) and outer not in around_step:
             target = outer
     return target
+
+
+def _names_another(node: cst.CSTNode, optimizer: cst.BaseExpression, others: set[str]) -> bool:
+    """`clip_gradient(decoder_optimizer, 5.0)` is about another optimizer than `optimizer`:
+    its gradients are not the ones this step's `unscale_` must precede."""
+    keys = set(iter_keys(node))
+    return bool(keys & others) and dotted(optimizer) not in keys
 
 
 def _grad_readers(facts: ModuleFacts) -> set[str]:
