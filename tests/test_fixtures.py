@@ -65,6 +65,8 @@ KEPT_BY_REVERT = {
     "rule_escape_logging": b'"train/probs": probs.float()',
     "rule_escape_returns_and_methods": b"meter.update(out.float(), yb)",
     "model_output_object": b"logits.cpu().float().numpy()",
+    "model_tuple_int_output": b"scores.float().numpy().shape",
+    "vae_loss_helper": b"loss_function(recon_batch.float(), data, mu, logvar)",
     "rule_bce_inline_forward": b"discriminator_out = discriminator(gen_imgs)",
     "rule_bce_inline_backward": b"bce(model_out.float(), y).backward()",
     "sigmoid_forward_bce": b"self.sigmoid(output.float())",

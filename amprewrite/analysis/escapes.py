@@ -23,6 +23,7 @@ from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted, receiver_key, target_keys
 from amprewrite.analysis.training_step import Region
 from amprewrite.analysis.tree import children
+from amprewrite.analysis.unsafe_losses import unsafe_calls
 
 # Results that are never a low-precision floating tensor.
 _NOT_LOW_METHODS = frozenset({
@@ -389,14 +390,16 @@ class _Scope:
         elif module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
             use = f"`{dotted(func)}` with float32 weights"
         elif is_loss_call(call, self.s.facts, kinds):
-            # Only the prediction: a loss's other arguments are targets, often integer labels
-            # (`.float()` on them breaks cross_entropy), and losses promote float targets.
-            prediction = next((a for a in call.args if not a.star and (
-                a.keyword is None or a.keyword.value == "input")), None)
-            if prediction is not None:
-                self.cast_if_low(prediction.value,
-                                 f"the loss `{dotted(func) or 'call'}` with float32 inputs")
-            return
+            use = f"the loss `{dotted(func) or 'call'}` with float32 inputs"
+            if not unsafe_calls(call, self.s.facts, kinds):
+                # Only the prediction: the other arguments are targets, often integer labels
+                # (`.float()` breaks cross_entropy), and these losses promote float targets;
+                # binary cross-entropy alone wants input and target in one dtype.
+                prediction = next((a for a in call.args if not a.star and (
+                    a.keyword is None or a.keyword.value == "input")), None)
+                if prediction is not None:
+                    self.cast_if_low(prediction.value, use)
+                return
         else:
             return
         for arg in call.args:
@@ -472,8 +475,9 @@ class _Scope:
         low precision."""
         name = (dotted(call.func) or "").removeprefix("self.")
         forward = self.s.model_forwards.get(dotted(call.func) or "")
-        if forward is not None:
-            return self.s.forward_returns.get(forward)
+        if forward is not None:  # its summary assumes autocast: outside it, float32 stays
+            running_low = self.autocast or any(self.is_low(a.value) for a in call.args)
+            return self.s.forward_returns.get(forward) if running_low else None
         return self.s.returns.get(name)
 
     def is_low(self, node: cst.BaseExpression | None) -> bool:
