@@ -84,6 +84,7 @@ RUNNABLE = [
     Runnable("rule_grad_clip_helper"),
     Runnable("model_tuple_int_output"),
     Runnable("optional_encoder_optimizer"),
+    Runnable("rule_clip_norm_method"),
     Runnable("saliency_and_train"),
 ]
 

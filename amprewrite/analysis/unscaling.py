@@ -106,11 +106,13 @@ def _names_another(node: cst.CSTNode, optimizer: cst.BaseExpression, others: set
 
 
 def _grad_readers(facts: ModuleFacts) -> set[str]:
-    """How the module's functions that read `.grad` (themselves or through the functions they
-    call) are called: `clip_gradient` for a function, `self.clip` for a method."""
+    """How the module's functions that read or clip `.grad` (themselves or through the
+    functions they call) are called: `clip_gradient` for a function, `self.clip` for a
+    method."""
     names = {f: f.name.value if f not in facts.function_class else f"self.{f.name.value}"
              for f in facts.functions}
-    readers = {names[f] for f in facts.functions if reads_grad(f.body)}
+    readers = {names[f] for f in facts.functions if reads_grad(f.body) or any(
+        isinstance(n, cst.Call) and _is_clip(n) for n in walk(f.body))}
     grown = True
     while grown:
         grown = False
