@@ -164,9 +164,6 @@ CODES: dict[str, Code] = {
     "AMP207": Code(Severity.SKIP, "backward with a positional argument",
                    "`x.backward(arg)` is a framework's backward (`accelerator.backward(loss)`) or "
                    "passes a gradient; use the framework's own mixed-precision switch."),
-    "AMP131": Code(Severity.SKIP, "binary cross-entropy computed inside `.backward()`",
-                   "The forward pass inside the loss call cannot be autocast; switch to "
-                   "`BCEWithLogitsLoss` or compute the model output on its own line."),
     "AMP132": Code(Severity.SKIP, "sigmoid output fed to binary cross-entropy",
                    "Probabilities from a sigmoid computed in bfloat16/float16 round to 1.0 and "
                    "the loss jumps; drop the model's final sigmoid and use `BCEWithLogitsLoss`."),

@@ -18,3 +18,14 @@ def test_every_code_is_documented_with_its_title() -> None:
     assert set(rows) == set(CODES)
     for code, entry in CODES.items():
         assert rows[code].strip() == entry.title
+
+
+def test_every_code_is_produced_by_a_fixture_or_a_test() -> None:
+    """A documented code that nothing produces is dead: each appears in a fixture's expected
+    findings or in a test that asserts it."""
+    root = DOC.parent.parent
+    produced: set[str] = set()
+    for path in [*root.glob("fixtures/*/findings_*.txt"), *root.glob("tests/**/test_*.py")]:
+        if path.name != Path(__file__).name:
+            produced |= set(re.findall(r"AMP\d{3}", path.read_text(encoding="utf-8")))
+    assert set(CODES) - produced == set()

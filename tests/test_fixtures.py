@@ -75,6 +75,7 @@ KEPT_BY_REVERT = {
     "wgan_gp_penalty": b"fake_imgs.data.float()",
     "reinforce_select_action": b"Categorical(probs.float())",
     "actor_critic_select_action": b"Categorical(probs.float())",
+    "rule_distribution_in_region": b"Categorical(probs.float())",
     "rule_checkpoint": b'    "o": optimizer.state_dict(),\n',  # wrapped for the scaler's entry
 }
 
