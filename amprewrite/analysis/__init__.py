@@ -32,7 +32,7 @@ from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_st
 from amprewrite.analysis.sigmoid_outputs import SaturatingInput, saturating_inputs
 from amprewrite.analysis.trainer_apis import TrainerApis, trainer_apis
 from amprewrite.analysis.training_step import Note, TrainingSteps, analyse_training
-from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses
+from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses, unsafe_helpers
 
 
 @dataclass
@@ -84,10 +84,11 @@ def analyse(module: cst.Module) -> ModuleAnalysis:
     evaluation = [region for region in analyse_evaluation(facts, kinds, placed.all_regions)
                   if not amp_training.covers(region, facts)]
     training_functions = {site.function for site in training.backwards}
-    training_regions = split_unsafe_losses(placed.regions, facts, kinds)
-    helper_regions = split_unsafe_losses(placed.helpers, facts, kinds)
-    producer_regions = split_unsafe_losses(placed.producers, facts, kinds)
-    evaluation_regions = split_unsafe_losses(evaluation, facts, kinds)
+    loss_helpers = unsafe_helpers(facts, kinds)
+    training_regions = split_unsafe_losses(placed.regions, facts, kinds, loss_helpers)
+    helper_regions = split_unsafe_losses(placed.helpers, facts, kinds, loss_helpers)
+    producer_regions = split_unsafe_losses(placed.producers, facts, kinds, loss_helpers)
+    evaluation_regions = split_unsafe_losses(evaluation, facts, kinds, loss_helpers)
     splits = [training_regions, helper_regions, producer_regions, evaluation_regions]
     apex = apex_amp(facts)
     return ModuleAnalysis(

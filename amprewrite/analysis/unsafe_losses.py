@@ -107,11 +107,11 @@ def _peel(node: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def split_unsafe_losses(
-    regions: list[Region], facts: ModuleFacts, kinds: KindTable
+    regions: list[Region], facts: ModuleFacts, kinds: KindTable, helpers: Mapping[str, bool]
 ) -> SplitRegions:
-    """Cut statements computing an unsafe loss out of `regions`."""
+    """Cut statements computing an unsafe loss (or calling one of `helpers`, see
+    `unsafe_helpers`) out of `regions`."""
     result = SplitRegions()
-    helpers = unsafe_helpers(facts, kinds)
     for region in regions:
         hoist = region.hoist
         start = region.start
