@@ -41,19 +41,17 @@ def saturating_inputs(moved: list[UnsafeLoss], facts: ModuleFacts) -> list[Satur
         for call in loss.calls:
             hit = _sigmoid_source(call.args[0].value, loss.statement, facts)
             if hit is not None:
-                source, advice, *ending = hit
-                cast = ending[0] if ending and isinstance(ending[0], cst.BaseExpression) \
-                    else None
-                found.append(SaturatingInput(call, source, advice, cast))
+                found.append(SaturatingInput(call, *hit))
     return found
 
 
 def _sigmoid_source(
     node: cst.BaseExpression, statement: cst.CSTNode, facts: ModuleFacts
-) -> tuple[str, str] | tuple[str, str, cst.BaseExpression | None] | None:
+) -> tuple[str, str, cst.BaseExpression | None] | None:
+    """Where the sigmoid feeding a BCE input is, the advice, and the input to cast (if any)."""
     node = _peel(node)
     if _is_sigmoid(node, facts):
-        return "a sigmoid", "pass the logits to `nn.BCEWithLogitsLoss` instead"
+        return "a sigmoid", "pass the logits to `nn.BCEWithLogitsLoss` instead", None
     key = dotted(node)
     if key is not None:  # `p = disc(x).view(-1)` earlier in the function
         function = facts.statements[statement].function if statement in facts.statements \
@@ -66,7 +64,7 @@ def _sigmoid_source(
         node = _peel(earlier[-1].value)
         if _is_sigmoid(node, facts):  # `recon = torch.sigmoid(model(x))`: cast its input
             return ("a sigmoid", "pass the logits to `nn.BCEWithLogitsLoss` instead",
-                    _sigmoid_input(node, facts))
+                    _sigmoid_input(node))
     if not isinstance(node, cst.Call):
         return None
     model = dotted(node.func)
@@ -86,55 +84,57 @@ def _model_ends_in_sigmoid(
         if not isinstance(value, cst.Call):
             continue
         cls = next((c for c in facts.classes if c.name.value == dotted(value.func)), None)
-        ending = _forward_ending(cls, facts) if cls is not None else None
-        if ending is not None:
+        ends, cast = _forward_ending(cls, facts) if cls is not None else (False, None)
+        if ends:
             assert cls is not None
             return (f"`{model}`, whose `{cls.name.value}.forward` ends in a sigmoid",
                     "return the logits from `forward` and use `nn.BCEWithLogitsLoss` "
-                    "(autocast-safe)", ending)
+                    "(autocast-safe)", cast)
     return None
 
 
-def _forward_ending(cls: cst.ClassDef, facts: ModuleFacts) -> cst.BaseExpression | bool | None:
-    """How `cls.forward` ends in a sigmoid: the input of its sigmoid call (castable), True for a
-    final `nn.Sequential(..., nn.Sigmoid())` layer, None when it does not."""
+def _forward_ending(
+    cls: cst.ClassDef, facts: ModuleFacts
+) -> tuple[bool, cst.BaseExpression | None]:
+    """Whether `cls.forward` ends in a sigmoid, and the input of that sigmoid call when one
+    `.float()` there reaches it (not for a final `nn.Sequential(..., nn.Sigmoid())` layer)."""
     methods = {f.name.value: f for f, owner in facts.function_class.items() if owner is cls}
     forward = methods.get("forward")
     if forward is None:
-        return None
+        return False, None
     returns = [n for n in descendants(forward.body) if isinstance(n, cst.Return) and n.value]
     if not returns:
-        return None
+        return False, None
     value = _peel(returns[-1].value)  # type: ignore[arg-type]
     key = dotted(value)
     if key is not None:  # `validity = self.model(img); return validity`
         bound = [b.value for b in facts.bindings if b.function is forward and b.keys == (key,)]
         if not bound:
-            return None
+            return False, None
         value = _peel(bound[-1])
     if not (isinstance(value, cst.Call) and (dotted(value.func) or "").startswith("self.")):
-        return _sigmoid_input(value, facts) if _is_sigmoid(value, facts) else None
+        return (True, _sigmoid_input(value)) if _is_sigmoid(value, facts) else (False, None)
     init = methods.get("__init__")
     layers = [b.value for b in facts.bindings
               if init is not None and b.function is init and b.keys == (dotted(value.func),)]
     if any(_sequential_ends_in_sigmoid(layer, facts) for layer in layers):
-        return True
+        return True, None
     if layers and all(isinstance(layer, cst.Call)
                       and facts.imports.resolve(layer.func) == "torch.nn.Sigmoid"
                       for layer in layers):
-        return _sigmoid_input(value, facts)  # `self.sigmoid = nn.Sigmoid()`
-    return None
+        return True, _sigmoid_input(value)  # `self.sigmoid = nn.Sigmoid()`
+    return False, None
 
 
-def _sigmoid_input(call: cst.BaseExpression, facts: ModuleFacts) -> cst.BaseExpression | bool:
-    """The input of `torch.sigmoid(h)`, `self.sigmoid(h)`, `h.sigmoid()` (True: not castable)."""
+def _sigmoid_input(call: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The input of `torch.sigmoid(h)`, `self.sigmoid(h)`, `h.sigmoid()` (None: not one)."""
     assert isinstance(call, cst.Call)
     plain = [a for a in call.args if a.keyword is None and not a.star]
     if len(call.args) == 1 and plain:
         return plain[0].value
     if not call.args and isinstance(call.func, cst.Attribute):
         return call.func.value
-    return True
+    return None
 
 
 def _sequential_ends_in_sigmoid(value: cst.BaseExpression, facts: ModuleFacts) -> bool:
