@@ -2,11 +2,13 @@
 
 On the CPU, `nn.LSTM` takes oneDNN's path for a float32 input, and autocast then casts that
 path's op (`aten::mkldnn_rnn_layer`) to bfloat16/float16. oneDNN builds low-precision LSTM
-primitives only on CPUs with native support (AVX512-BF16, AMX); elsewhere (an AVX2 machine)
-every LSTM forward under autocast raises "could not create a primitive descriptor for the LSTM
-forward propagation primitive", in bfloat16 and in float16 alike. On such CPUs the first
-autocast region replaces autocast's kernel for that op with one that runs it in float32
-unless oneDNN supports the region's dtype (GRU and RNN never take that path: float32 already).
+primitives only for some dtypes on some CPUs: an AVX2 machine has none, and a CPU with AMX and
+AVX512-FP16 (whose oneDNN reports float16 support) still has no float16 LSTM. Elsewhere every
+LSTM forward under autocast raises "could not create a primitive descriptor for the LSTM
+forward propagation primitive". So the first time a CPU region opens in a dtype, a one-cell
+LSTM is tried in it; where it fails, autocast's kernel for that op is replaced by one that
+runs it in float32 for the dtypes that failed (GRU and RNN never take that path: float32
+already).
 """
 
 from __future__ import annotations
@@ -18,17 +20,14 @@ from typing import Any
 import torch
 
 _OP = "mkldnn_rnn_layer"
-_prepared = False
 _library: torch.library.Library | None = None  # keeps the registration alive
+_probing: torch.dtype | None = None  # the dtype being tried: the replacement runs it as is
 
 
 def prepare(dtype: torch.dtype) -> None:
     """Called as a CPU autocast region in `dtype` opens; registers the kernel when needed."""
-    global _prepared, _library
-    if _prepared or onednn_supports(dtype):
-        return
-    _prepared = True
-    if not torch.backends.mkldnn.is_available():
+    global _library
+    if _library is not None or onednn_runs_lstm(dtype):
         return
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():  # "Overriding a previously registered kernel"
@@ -38,23 +37,28 @@ def prepare(dtype: torch.dtype) -> None:
 
 
 @functools.cache
-def onednn_supports(dtype: torch.dtype) -> bool:
-    """Whether this CPU's oneDNN has kernels for `dtype` (float32 always has)."""
-    checks = {torch.bfloat16: "_is_mkldnn_bf16_supported",
-              torch.float16: "_is_mkldnn_fp16_supported"}
-    if dtype not in checks:
+def onednn_runs_lstm(dtype: torch.dtype) -> bool:
+    """Whether an LSTM runs under CPU autocast in `dtype` on this machine (tried once)."""
+    global _probing
+    if dtype == torch.float32 or not torch.backends.mkldnn.is_available():
         return True
+    _probing = dtype
     try:
-        return bool(getattr(torch.ops.mkldnn, checks[dtype])())
-    except (AttributeError, RuntimeError):  # a torch without the check: assume support
-        return True
+        with torch.autocast("cpu", dtype=dtype):  # with grad: the training primitive
+            torch.nn.LSTM(1, 1)(torch.zeros(1, 1, 1))
+    except RuntimeError:
+        return False
+    finally:
+        _probing = None
+    return True
 
 
 def _rnn_layer_in_supported_dtype(*args: Any) -> Any:
     """autocast's policy for the op (cast floating inputs to the region's dtype), with
     float32 in place of a dtype oneDNN cannot run."""
     dtype = torch.get_autocast_dtype("cpu")
-    target = dtype if onednn_supports(dtype) else torch.float32
+    runs = dtype == _probing or onednn_runs_lstm(dtype)
+    target = dtype if runs else torch.float32
     autocast_off = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
     with torch._C._ExcludeDispatchKeyGuard(autocast_off):
         return getattr(torch.ops.aten, _OP)(*_cast(args, target))

@@ -1,7 +1,7 @@
 """Recurrent layers under the runtime's CPU autocast, in bfloat16 and in float16.
 
-On a CPU whose oneDNN has no low-precision LSTM kernel (this AVX2 machine: neither bfloat16
-nor float16), `torch.autocast("cpu")` alone makes every LSTM forward raise "could not create a
+On a CPU whose oneDNN has no LSTM kernel for a low-precision dtype (an AVX2 machine: neither
+bfloat16 nor float16; a CPU with AMX: no float16), `torch.autocast("cpu")` alone makes every LSTM forward raise "could not create a
 primitive descriptor for the LSTM forward propagation primitive"; the runtime's regions run
 the LSTM in float32 there and the rest of the region in low precision.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from amprewrite_runtime import autocast
-from amprewrite_runtime.cpu_rnn import onednn_supports
+from amprewrite_runtime.cpu_rnn import onednn_runs_lstm
 
 DTYPES = [torch.bfloat16, torch.float16]
 
@@ -28,7 +28,7 @@ def test_recurrent_model_trains_under_cpu_autocast(layer: type, dtype: torch.dty
         pred = head(out)
     assert pred.dtype == dtype  # the region is low precision ...
     if layer is torch.nn.LSTM:  # ... the LSTM runs in what oneDNN can run
-        assert out.dtype == (dtype if onednn_supports(dtype) else torch.float32)
+        assert out.dtype == (dtype if onednn_runs_lstm(dtype) else torch.float32)
     torch.nn.functional.mse_loss(pred.float(), y).backward()
     grads = [p.grad for p in rnn.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
@@ -37,15 +37,16 @@ def test_recurrent_model_trains_under_cpu_autocast(layer: type, dtype: torch.dty
     torch.testing.assert_close(pred.detach().float(), reference, atol=0.05, rtol=0.05)
 
 
-def test_plain_autocast_lstm_fails_where_onednn_lacks_the_dtype() -> None:
-    """What the runtime works around (a torch that fixes it makes this test fail: then the
-    workaround can go)."""
-    if onednn_supports(torch.bfloat16) or not torch.backends.mkldnn.is_available():
-        pytest.skip("this CPU's oneDNN runs bfloat16 LSTMs")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_plain_autocast_lstm_fails_where_onednn_lacks_the_dtype(dtype: torch.dtype) -> None:
+    """What the runtime works around, tried in a fresh process (a torch that fixes it makes
+    this test fail: then the workaround can go)."""
+    if onednn_runs_lstm(dtype):
+        pytest.skip(f"this CPU's oneDNN runs {dtype} LSTMs")
     import subprocess
     import sys
 
-    code = ("import torch\nwith torch.autocast('cpu', dtype=torch.bfloat16):\n"
+    code = (f"import torch\nwith torch.autocast('cpu', dtype={dtype}):\n"
             "    torch.nn.LSTM(4, 8)(torch.randn(3, 2, 4))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
