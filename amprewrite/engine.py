@@ -15,11 +15,18 @@ from amprewrite.analysis.amp_usage import amp_usage
 from amprewrite.analysis.lint import lint
 from amprewrite.analysis.training_step import Note
 from amprewrite.codegen import Layout, locate, render_module
-from amprewrite.findings import Finding
+from amprewrite.findings import (
+    ALREADY_MIXED_PRECISION,
+    CANNOT_PARSE,
+    CANNOT_PROCESS,
+    NOTHING_TO_DO,
+    Finding,
+)
 from amprewrite.options import Options, validate
 from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.framework_switch import (
+    FRAMEWORK_OWNS_PRECISION,
     switch_off_mixed_precision,
     switch_on_mixed_precision,
 )
@@ -60,7 +67,8 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     try:
         return _rewrite(source, options)
     except RecursionError as exc:  # libcst walks recursively: a pathologically deep file
-        raise RewriteError(Finding("AMP004", 1, 1, "source too deeply nested to analyse; file "
+        raise RewriteError(Finding(CANNOT_PROCESS, 1, 1,
+                                   "source too deeply nested to analyse; file "
                                    "left unchanged")) from exc
 
 
@@ -71,7 +79,7 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
     _check_decodes(source)
     if not _MAY_TRAIN.search(source):  # most files of a repository: no need to parse them
         message = "no torch, backward or training framework in this file; skipped"
-        return RewriteResult(source, [Finding("AMP001", 1, 1, message)])
+        return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)])
     module = _parse(source)
     analysis = analyse(module)
     if analysis.apex or analysis.ray:
@@ -91,13 +99,13 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
         return _lint(module, source, analysis, options)
     if options.opt_level == "O0":
         message = "opt level O0 is FP32 training: nothing to change"
-        return RewriteResult(source, [Finding("AMP001", 1, 1, message)])
+        return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)])
     if not analysis.has_work:
         findings = _locate(module, analysis.training.notes)
         message = ("nothing amprewrite can rewrite safely; file left unchanged (see above)"
                    if findings else
                    "no training step or evaluation forward pass found; file left unchanged")
-        return RewriteResult(source, [*findings, Finding("AMP001", 1, 1, message)])
+        return RewriteResult(source, [*findings, Finding(NOTHING_TO_DO, 1, 1, message)])
     if options.dtype is None and analysis.amp_in_training.dtype is not None:
         options = replace(options, dtype=analysis.amp_in_training.dtype)  # the author's choice
     ctx = plan_rewrite(analysis, options)
@@ -122,7 +130,7 @@ def _lint(
     result = _apply(module, source, ctx)
     if not result.changed:
         message = f"file already uses mixed precision (`{analysis.existing_amp}`); left unchanged"
-        result.findings.append(Finding("AMP002", 1, 1, message))
+        result.findings.append(Finding(ALREADY_MIXED_PRECISION, 1, 1, message))
     return result
 
 
@@ -133,7 +141,7 @@ def _revert(
     if not usage:
         message = (f"file uses mixed precision (`{analysis.existing_amp}`) that amprewrite did "
                    "not write; left unchanged")
-        return RewriteResult(source, [Finding("AMP002", 1, 1, message)])
+        return RewriteResult(source, [Finding(ALREADY_MIXED_PRECISION, 1, 1, message)])
     ctx = RuleContext(analysis.facts, options, "")
     revert_to_fp32(ctx, usage)
     return _apply(module, source, ctx)
@@ -160,7 +168,7 @@ def _then_rewrite(first: RewriteResult, source: bytes, options: Options) -> Rewr
     to_original = _line_map(first.source, source)
     findings = first.findings + [
         Finding(f.code, to_original(f.line), f.col, f.message)
-        for f in second.findings if f.code not in ("AMP001", "AMP002")
+        for f in second.findings if f.code not in (NOTHING_TO_DO, ALREADY_MIXED_PRECISION)
     ]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     return RewriteResult(second.source, findings, second.source != source)
@@ -193,7 +201,8 @@ def _framework(
         return _apply(module, source, ctx)
     switch_on_mixed_precision(ctx, analysis.switches)
     if not analysis.switches:
-        ctx.notes.append(Note("AMP422", module.body[0], f"{analysis.framework} owns the training "
+        ctx.notes.append(Note(FRAMEWORK_OWNS_PRECISION, module.body[0],
+                              f"{analysis.framework} owns the training "
                               "step's precision; set it where the trainer is built"))
     return _apply(module, source, ctx)
 
@@ -226,12 +235,13 @@ def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult
 def _check_decodes(source: bytes) -> None:
     """Binary or undecodable files fail clearly, before the cheap pre-filter skips them."""
     if b"\x00" in source:
-        raise RewriteError(Finding("AMP004", 1, 1, "binary file (contains NUL bytes); skipped"))
+        raise RewriteError(Finding(CANNOT_PROCESS, 1, 1,
+                                   "binary file (contains NUL bytes); skipped"))
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
         source.decode(encoding)
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
-        raise RewriteError(Finding("AMP004", 1, 1, _UNDECODABLE)) from exc
+        raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, _UNDECODABLE)) from exc
 
 
 _UNDECODABLE = ("cannot decode: not UTF-8 and no valid `# -*- coding: ... -*-` declaration; "
@@ -244,7 +254,7 @@ def _parse(source: bytes) -> cst.Module:
     except cst.ParserSyntaxError as exc:
         raise RewriteError(_syntax_error(source, exc)) from exc
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
-        raise RewriteError(Finding("AMP004", 1, 1, _UNDECODABLE)) from exc
+        raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, _UNDECODABLE)) from exc
 
 
 def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> Finding:
@@ -258,13 +268,13 @@ def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> Finding:
             warnings.simplefilter("ignore")
             compile(source, "<source>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as error:
-        return Finding("AMP003", error.lineno or 1, error.offset or 1,
+        return Finding(CANNOT_PARSE, error.lineno or 1, error.offset or 1,
                        f"cannot parse: {error.msg}; {_LEFT_UNCHANGED}")
     except ValueError:
         pass
     where = re.search(r"error at (\d+):(\d+)", exc.message)
     line, col = (int(where[1]), int(where[2]) + 1) if where else (exc.editor_line, 1)
-    return Finding("AMP003", line, col, "cannot parse (this Python syntax is not supported "
+    return Finding(CANNOT_PARSE, line, col, "cannot parse (this Python syntax is not supported "
                    f"by libcst); {_LEFT_UNCHANGED}")
 
 
@@ -278,7 +288,7 @@ def _check_compiles(source: bytes) -> None:
     try:
         compile(source, "<amprewrite output>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
-        raise RewriteError(Finding("AMP004", 1, 1, f"internal error: the rewrite does not "
+        raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, f"internal error: the rewrite does not "
                                    f"compile ({exc}); file left unchanged")) from exc
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from amprewrite.findings import CODES, Finding, Severity
+from amprewrite.catalog import Severity
+from amprewrite.findings import Finding
 from amprewrite.runner import FileOutcome
 
 _MARKER = re.compile(rb"#\s*amprewrite:\s*ignore(?:\[([A-Z0-9,\s]+)\])?")
@@ -25,8 +26,7 @@ def _wanted(
     finding: Finding, select: tuple[str, ...], ignore: tuple[str, ...],
     suppressed: dict[int, set[str] | None],
 ) -> bool:
-    code = CODES.get(finding.code)
-    if code is not None and code.severity is Severity.ERROR:
+    if finding.severity is Severity.ERROR:
         return True
     if select and not finding.code.startswith(select):
         return False

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from amprewrite.findings import CODES, Severity
+from amprewrite.catalog import Severity
 from amprewrite.report import in_mood, status_text
 from amprewrite.runner import FileOutcome
 
@@ -23,7 +23,7 @@ def print_json(outcomes: list[FileOutcome], would: bool, summary: str) -> None:
                 "status": status_text(outcome.status, would),
                 "findings": [
                     {"code": f.code, "line": f.line, "column": f.col, "message": f.message,
-                     "severity": CODES[f.code].severity.value if f.code in CODES else "change"}
+                     "severity": f.severity.value}
                     for f in outcome.findings
                 ],
             }
@@ -39,7 +39,6 @@ def print_github(outcomes: list[FileOutcome], would: bool) -> None:
     the conditional when nothing was written)."""
     for outcome in outcomes:
         for f in (in_mood(finding, would) for finding in outcome.findings):
-            severity = CODES[f.code].severity if f.code in CODES else Severity.CHANGE
             message = f.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-            click.echo(f"::{_GITHUB_LEVEL[severity]} file={outcome.path},line={f.line},"
+            click.echo(f"::{_GITHUB_LEVEL[f.severity]} file={outcome.path},line={f.line},"
                        f"col={f.col},title={f.code}::{message}")

@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from amprewrite.findings import CODES, Finding, Severity
+from amprewrite.catalog import Severity, lookup
+from amprewrite.findings import NOTHING_TO_DO, Finding
 from amprewrite.runner import FileOutcome, Status
 
 EXIT_NOTHING_TO_CHANGE = 0
@@ -34,7 +35,7 @@ def exit_code(outcomes: Iterable[FileOutcome], exit_zero: bool) -> int:
     statuses = {outcome.status for outcome in outcomes}
     if Status.FAILED in statuses:
         return EXIT_FAILED
-    mistakes = any(CODES.get(f.code) is not None and CODES[f.code].severity is Severity.LINT
+    mistakes = any(f.severity is Severity.LINT
                    for outcome in outcomes for f in outcome.findings)
     if (Status.CHANGED in statuses or mistakes) and not exit_zero:
         return EXIT_CHANGED
@@ -46,15 +47,12 @@ def report_order(outcomes: Iterable[FileOutcome]) -> list[FileOutcome]:
     return sorted(outcomes, key=lambda outcome: PurePath(outcome.path).parts)
 
 
-NOTHING_TO_DO = "AMP001"  # pre-commit names every staged file: most have nothing to do
-
-
 def visible(finding: Finding, explicit: bool, verbosity: Verbosity) -> bool:
     """Errors always; changes and skips unless quiet; notes when verbose, or by default for
     files named on the command line (not for files found by walking a directory), except
-    that a file has nothing to do (NOTHING_TO_DO), which only -v shows."""
-    code = CODES.get(finding.code)
-    severity = code.severity if code else Severity.CHANGE  # an unregistered code: still shown
+    that a file has nothing to do (NOTHING_TO_DO: pre-commit names every staged file, most
+    have nothing to do), which only -v shows."""
+    severity = finding.severity
     if severity is Severity.ERROR or verbosity is Verbosity.VERBOSE:
         return True
     if verbosity is Verbosity.QUIET or finding.code == NOTHING_TO_DO:
@@ -75,7 +73,7 @@ def report_findings(outcome: FileOutcome, verbosity: Verbosity, would: bool) -> 
 
 def in_mood(finding: Finding, would: bool) -> Finding:
     """`finding` as reported: a change not written (`would`) in the conditional."""
-    code = CODES.get(finding.code)
+    code = lookup(finding.code)
     if not would or code is None or code.severity is not Severity.CHANGE:
         return finding
     return Finding(finding.code, finding.line, finding.col, conditional(finding.message))

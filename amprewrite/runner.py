@@ -13,7 +13,7 @@ from pathlib import Path
 from amprewrite import engine
 from amprewrite.engine import RewriteError
 from amprewrite.fileio import UnparsableOutput, WriteRefused, read_source, write_atomically
-from amprewrite.findings import Finding
+from amprewrite.findings import CANNOT_PARSE, CANNOT_PROCESS, Finding
 from amprewrite.options import Options
 
 LEFT_ALONE = "file left unchanged"
@@ -57,7 +57,8 @@ def process_file(path: Path, options: Options, write: bool, explicit: bool) -> F
     try:
         source = read_source(path)
     except OSError as exc:
-        return _failed(shown, explicit, Finding("AMP004", 1, 1, f"cannot read: {_reason(exc)}"))
+        return _failed(shown, explicit, Finding(CANNOT_PROCESS, 1, 1,
+                                                f"cannot read: {_reason(exc)}"))
     except Exception as exc:
         return _failed(shown, explicit, _internal(exc))
     outcome = process_source(shown, source, options, explicit)
@@ -79,31 +80,32 @@ def _rewrite_failure(exc: Exception) -> Finding:
     if isinstance(exc, RewriteError):
         return exc.finding
     if isinstance(exc, UnicodeError) or type(exc) is LookupError:  # LookupError: no codec
-        return Finding("AMP004", 1, 1, f"cannot decode ({type(exc).__name__}: {exc}); "
+        return Finding(CANNOT_PROCESS, 1, 1, f"cannot decode ({type(exc).__name__}: {exc}); "
                        f"{LEFT_ALONE}")
     if isinstance(exc, SyntaxError):  # the engine should have turned it into AMP003/AMP004
-        return Finding("AMP003", exc.lineno or 1, exc.offset or 1,
+        return Finding(CANNOT_PARSE, exc.lineno or 1, exc.offset or 1,
                        f"cannot parse ({type(exc).__name__}: {exc.msg}); {LEFT_ALONE}")
     if isinstance(exc, RecursionError):
-        return Finding("AMP004", 1, 1, f"source too deeply nested to rewrite; {LEFT_ALONE}")
+        return Finding(CANNOT_PROCESS, 1, 1, f"source too deeply nested to rewrite; {LEFT_ALONE}")
     if isinstance(exc, OSError):
-        return Finding("AMP004", 1, 1, f"cannot read: {_reason(exc)}")
+        return Finding(CANNOT_PROCESS, 1, 1, f"cannot read: {_reason(exc)}")
     return _internal(exc)
 
 
 def _write_failure(exc: Exception) -> Finding:
     if isinstance(exc, UnparsableOutput):
-        return Finding("AMP004", 1, 1, f"internal error: {exc}; {LEFT_ALONE}, please report it")
+        return Finding(CANNOT_PROCESS, 1, 1,
+                       f"internal error: {exc}; {LEFT_ALONE}, please report it")
     if isinstance(exc, WriteRefused):
-        return Finding("AMP004", 1, 1, f"not written: {exc}; {LEFT_ALONE}")
+        return Finding(CANNOT_PROCESS, 1, 1, f"not written: {exc}; {LEFT_ALONE}")
     if isinstance(exc, OSError):
-        return Finding("AMP004", 1, 1, f"cannot write: {_reason(exc)}; {LEFT_ALONE}")
+        return Finding(CANNOT_PROCESS, 1, 1, f"cannot write: {_reason(exc)}; {LEFT_ALONE}")
     return _internal(exc)
 
 
 def _internal(exc: Exception) -> Finding:
     """A bug (in a rule or here) must cost one file, never the run."""
-    return Finding("AMP004", 1, 1, f"internal error ({type(exc).__name__}: {exc}); "
+    return Finding(CANNOT_PROCESS, 1, 1, f"internal error ({type(exc).__name__}: {exc}); "
                    f"{LEFT_ALONE}, please report it")
 
 

@@ -44,8 +44,9 @@ CORPUS_DIR = REPO_ROOT / "benchmarks" / "trust_corpus"
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from amprewrite.catalog import Severity  # noqa: E402
 from amprewrite.engine import RewriteError, rewrite_source  # noqa: E402
-from amprewrite.findings import Finding, Severity  # noqa: E402
+from amprewrite.findings import Finding  # noqa: E402
 from amprewrite.options import Options  # noqa: E402
 from tests.execution import BFLOAT16, FLOAT16, FLOAT16_ENV, ScriptRun, run_script  # noqa: E402
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from amprewrite.catalog import Severity, codes
 from amprewrite.cli import main
-from amprewrite.findings import CODES, Severity
 from amprewrite.report import IF_NOT_CONJUGATED, conditional
 from tests.test_cli import TRAINING
 
@@ -141,7 +141,7 @@ def _change_messages() -> set[tuple[str, str]]:
     for path in FIXTURES.glob("*/findings_*.txt"):
         for line in path.read_text().splitlines():
             found = re.match(r".*?:\d+:\d+: (AMP\d+) (.*)", line)
-            if found and found[1] in CODES and CODES[found[1]].severity is Severity.CHANGE:
+            if found and found[1] in codes() and codes()[found[1]].severity is Severity.CHANGE:
                 messages.add((found[1], found[2]))
     return messages
 

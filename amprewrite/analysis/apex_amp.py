@@ -10,6 +10,13 @@ from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.tree import descendants
+from amprewrite.catalog import SKIP, declare
+
+APEX_IMPORT_UNUSED = declare(
+    "AMP145", SKIP, "apex.amp imported but never called",
+    "apex (SyncBatchNorm, fused optimizers) does not make a script mixed precision: it is "
+    "rewritten, not migrated; remove the unused `amp` import.",
+)
 
 
 @dataclass
@@ -30,7 +37,8 @@ class ApexAmp:
         """`from apex import amp` in a script that never calls it: it trains in FP32."""
         if self:
             return []
-        return [Note("AMP145", statement, "apex.amp is imported but never called: this script "
+        return [Note(APEX_IMPORT_UNUSED, statement,
+                     "apex.amp is imported but never called: this script "
                      "trained in FP32 and is rewritten; the import can go (apex.amp was removed "
                      "from apex in 2025)") for statement in self.imports]
 

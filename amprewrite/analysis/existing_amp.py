@@ -17,6 +17,15 @@ from amprewrite.analysis.facts import CallSite, ModuleFacts
 from amprewrite.analysis.names import dotted, walk
 from amprewrite.analysis.statements import is_backward_call, is_step_call
 from amprewrite.analysis.training_step import Note, Region
+from amprewrite.catalog import SKIP, declare
+
+EVALUATION_ONLY_AUTOCAST = declare(
+    "AMP144", SKIP, "autocast that covers evaluation only, kept",
+    "The file trained in FP32 (its only autocast runs without gradients: under "
+    "`no_grad`/`inference_mode`, or in an evaluation function the training step never calls): "
+    "the training step is rewritten (with the author's dtype when every such autocast names the "
+    "same one) and this region is kept as written, not wrapped twice.",
+)
 
 _AMP_MODULES = (
     "torch.amp",
@@ -73,7 +82,8 @@ class AmpInTraining:
 
     @property
     def notes(self) -> list[Note]:
-        return [Note("AMP144", site.call, "this autocast covers evaluation only: the training "
+        return [Note(EVALUATION_ONLY_AUTOCAST, site.call,
+                     "this autocast covers evaluation only: the training "
                      "step ran in FP32 and is rewritten; this region is kept as written")
                 for site in self.evaluation_autocasts]
 

@@ -27,6 +27,20 @@ from amprewrite.analysis.names import dotted, walk
 from amprewrite.analysis.precision import Precision, PrecisionTracker
 from amprewrite.analysis.training_step import Note, Region
 from amprewrite.analysis.tree import descendants
+from amprewrite.catalog import SKIP, declare
+
+FILL_NOT_FITTED = declare(
+    "AMP142", SKIP, "fill value float16 cannot hold, not rewritten",
+    "The filled tensor is not a plain name (or torch is not imported by name): assign it to a "
+    "name and fill with `torch.finfo(name.dtype).min`.",
+)
+
+CONSTANT_OUT_OF_RANGE = declare(
+    "AMP143", SKIP, "constant outside float16's range in low-precision code",
+    "A clamp bound or epsilon below 6.1e-5 vanishes on a float16 tensor (`x.clamp(min=1e-8)` "
+    "clamps at 0, `log` of it is -inf), a clamp bound above 65504 raises, a factor above 65504 "
+    "overflows: compute it after `.float()` or pick a value float16 holds.",
+)
 
 _FILL_METHODS = {"masked_fill": 1, "masked_fill_": 1, "fill_": 0, "new_full": 1}  # value's position
 _FILL_FUNCTIONS = {"masked_fill": 2, "full_like": 1}  # torch.<name>(tensor, ..., value)
@@ -152,7 +166,7 @@ class _Finder:
             self.found.fills.append(Fill(value, tensor, number < 0, precision is Precision.LOW))
         else:
             text = self.facts.module.code_for_node(value)
-            self.found.notes.append(Note("AMP142", value, f"`{text}` does not fit float16 "
+            self.found.notes.append(Note(FILL_NOT_FITTED, value, f"`{text}` does not fit float16 "
                                          "(largest 65504) and this fill may run in float16 under "
                                          "autocast; assign the tensor to a name and fill with "
                                          "`torch.finfo(name.dtype).min`"))
@@ -200,7 +214,7 @@ class _Finder:
                        f"{effect}; compute it after `.float()`")
 
     def _note(self, node: cst.CSTNode, message: str) -> None:
-        self.found.notes.append(Note("AMP143", node, message))
+        self.found.notes.append(Note(CONSTANT_OUT_OF_RANGE, node, message))
 
 
 def _argument(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression | None:

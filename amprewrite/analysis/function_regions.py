@@ -27,6 +27,14 @@ from amprewrite.analysis.names import bound_keys, iter_keys, walk
 from amprewrite.analysis.statements import calls_in
 from amprewrite.analysis.summaries import Summaries, is_autograd_call
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps, region_before
+from amprewrite.catalog import SKIP, declare
+
+OWN_BACKWARD_KEPT_OUT = declare(
+    "AMP220", SKIP, "function running its own backward kept out of autocast",
+    "An attack (FGSM/PGD), gradient penalty or meta-learning inner loop calls `.backward()` or "
+    "`torch.autograd.grad` itself: the region is cut around the call, which runs in float32 with "
+    "unscaled gradients.",
+)
 
 _NESTED_BLOCKS = (cst.For, cst.While, cst.With, cst.If)
 
@@ -213,8 +221,9 @@ class _Cutter:
                 name = self.facts.module.code_for_node(call.func)
                 local = self.summaries.callee(call, function) is not None
                 self.result.notes.append(Note(
-                    "AMP220", call, f"`{name}(...)` runs its own backward pass: kept out of "
-                    "autocast, it runs in float32" if local else f"`{name}(...)` runs a "
+                    OWN_BACKWARD_KEPT_OUT, call,
+                    f"`{name}(...)` runs its own backward pass: kept out of autocast, it runs in "
+                    "float32" if local else f"`{name}(...)` runs a "
                     "backward pass: kept out of autocast, its gradients are not loss-scaled"))
             if (summary.backward or summary.forward) and not is_autograd_call(call, self.facts):
                 for arg in call.args:

@@ -19,6 +19,16 @@ from amprewrite.analysis.float16_constants import functions_run
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.training_step import Note, Region
 from amprewrite.analysis.tree import descendants
+from amprewrite.catalog import SKIP, declare
+
+GRAM_MATRIX = declare(
+    "AMP146", SKIP, "Gram matrix under autocast may overflow float16",
+    "A tensor multiplied by its own transpose (`torch.mm(f, f.t())`, `f @ f.T`, `torch.bmm(f, "
+    "f.transpose(1, 2))`: a style loss, feature correlations) sums squares over a whole feature "
+    "map: in float16 (largest value 65504) the entries overflow to inf and every step is "
+    "skipped. Compute the product in float32, `with autocast(enabled=False): gram = "
+    "torch.mm(f.float(), f.float().t())`; bfloat16 has float32's range and is safe.",
+)
 
 _PRODUCTS = frozenset({"mm", "matmul", "bmm"})
 _TRANSPOSES = frozenset({"t", "transpose", "permute", "T", "mT", "mH", "H"})
@@ -37,7 +47,7 @@ def gram_matrices(facts: ModuleFacts, kinds: KindTable, regions: Iterable[Region
             if id(node) not in seen:
                 seen.add(id(node))
                 text = " ".join(facts.module.code_for_node(node).split())
-                notes.append(Note("AMP146", node, f"`{text}` multiplies a tensor by its own "
+                notes.append(Note(GRAM_MATRIX, node, f"`{text}` multiplies a tensor by its own "
                                   "transpose under autocast: in float16 its sums of squares "
                                   "overflow to inf; compute it in float32 (`with autocast("
                                   "enabled=False):` on `.float()` operands)"))

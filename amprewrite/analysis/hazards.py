@@ -6,6 +6,19 @@ import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import SKIP, declare
+
+MANUAL_CAST = declare(
+    "AMP140", SKIP, "manual cast to a low-precision dtype",
+    "apex's rule holds: never cast the model or inputs by hand under AMP; remove the cast and "
+    "let autocast pick the precision per operation.",
+)
+
+AUTOGRAD_GRAD = declare(
+    "AMP208", SKIP, "`torch.autograd.grad` in a training step",
+    "Left unscaled: results stay correct, but float16 gradients may underflow. Scale the outputs "
+    "and unscale the gradients as in the AMP recipe.",
+)
 
 _LOW_PRECISION = frozenset({"torch.float16", "torch.half", "torch.bfloat16",
                             "torch.HalfTensor", "torch.cuda.HalfTensor", "torch.BFloat16Tensor"})
@@ -26,7 +39,8 @@ def manual_casts(facts: ModuleFacts) -> list[Note]:
                         or arg.keyword.value == "dtype")
         if casts:
             text = " ".join(facts.module.code_for_node(site.call).split())
-            notes.append(Note("AMP140", site.call, f"`{text}` casts by hand; under autocast, keep "
+            notes.append(Note(MANUAL_CAST, site.call,
+                              f"`{text}` casts by hand; under autocast, keep "
                               "the model and inputs in float32 (GradScaler cannot unscale "
                               "float16 gradients)"))
     return notes
@@ -41,7 +55,8 @@ def unscaled_autograd_grad(
         if site.function in functions and facts.imports.resolve(site.call.func) == (
             "torch.autograd.grad"
         ):
-            notes.append(Note("AMP208", site.call, "`torch.autograd.grad(...)` is left unscaled: "
+            notes.append(Note(AUTOGRAD_GRAD, site.call,
+                              "`torch.autograd.grad(...)` is left unscaled: "
                               "the penalty stays correct, but float16 gradients may underflow "
                               "(see the AMP recipe on gradient penalties to scale it by hand)"))
     return notes

@@ -18,6 +18,49 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.tree import descendants
 from amprewrite.analysis.unsafe_losses import unsafe_calls
 from amprewrite.analysis.unscaling import Unscale, gradient_uses
+from amprewrite.catalog import LINT, declare
+
+STEP_BYPASSES_SCALER = declare(
+    "AMP601", LINT, "optimizer step bypasses the grad scaler",
+    "Fixed: `scaler.step(optimizer)`, so inf/NaN steps are skipped and gradients are unscaled.",
+)
+
+STEP_WITHOUT_UPDATE = declare(
+    "AMP602", LINT, "`scaler.step` without `scaler.update`",
+    "Fixed: `scaler.update()` after the last step, or the scale never adapts.",
+)
+
+CLIPPING_WITHOUT_UNSCALE = declare(
+    "AMP603", LINT, "clipping without `unscale_`",
+    "Fixed: `scaler.unscale_(optimizer)` before clipping, which otherwise acts on scaled "
+    "gradients.",
+)
+
+BACKWARD_IN_AUTOCAST = declare(
+    "AMP604", LINT, "backward inside autocast",
+    "Move `.backward()` after the `with autocast():` block (the AMP recipe).",
+)
+
+CHECKPOINT_WITHOUT_SCALER = declare(
+    "AMP605", LINT, "checkpoint without the scaler's state",
+    "Fixed: the scaler's `state_dict()` is saved next to the optimizer's.",
+)
+
+BCE_IN_AUTOCAST = declare(
+    "AMP607", LINT, "binary cross-entropy inside autocast",
+    "It raises on CUDA: use `BCEWithLogitsLoss`, or compute it outside the region on float32 "
+    "inputs.",
+)
+
+HALF_CAST_NEXT_TO_SCALER = declare(
+    "AMP608", LINT, "manual half-precision cast next to a grad scaler",
+    "GradScaler cannot unscale float16 gradients: remove the cast.",
+)
+
+UNSCALED_BACKWARD = declare(
+    "AMP609", LINT, "unscaled backward in a script that scales",
+    "Fixed: `scaler.scale(loss).backward()` (a backward added after the rewrite).",
+)
 
 
 @dataclass
@@ -40,15 +83,18 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
     for site in facts.calls:
         inside = _inside_autocast(site.statement, autocast_blocks, facts)
         if is_backward_call(site.call) and inside:
-            found.notes.append(Note("AMP604", site.call, "backward runs inside an autocast "
+            found.notes.append(Note(BACKWARD_IN_AUTOCAST, site.call,
+                                    "backward runs inside an autocast "
                                     "region; move it after the `with` block"))
         if inside and site.call in unsafe_calls(site.call, facts, kinds):
-            found.notes.append(Note("AMP607", site.call, "binary cross-entropy inside autocast "
+            found.notes.append(Note(BCE_IN_AUTOCAST, site.call,
+                                    "binary cross-entropy inside autocast "
                                     "raises on CUDA; use `BCEWithLogitsLoss` or compute it "
                                     "outside on float32 inputs"))
     if scaler is None:
         return found
-    found.notes.extend(Note("AMP608", n.node, f"{n.message.split(';')[0]} next to a grad scaler"
+    found.notes.extend(Note(HALF_CAST_NEXT_TO_SCALER, n.node,
+                            f"{n.message.split(';')[0]} next to a grad scaler"
                             "; GradScaler cannot unscale float16 gradients")
                        for n in manual_casts(facts))
     scaled_steps = [s for s in facts.calls if _scaler_call(s.call, usage, "step")]
@@ -60,18 +106,21 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
             receiver = site.call.func.value  # type: ignore[attr-defined]
             if not (isinstance(receiver, cst.Call) and _scaler_call(receiver, usage, "scale")):
                 found.unscaled_backwards.append(site)
-                found.notes.append(Note("AMP609", site.call, "unscaled backward in a script "
+                found.notes.append(Note(UNSCALED_BACKWARD, site.call,
+                                        "unscaled backward in a script "
                                         f"that scales its losses: use `{scaler}.scale(...)`"))
         elif (is_step_call(site.call) and not site.call.args
               and kinds.of_expr(site.call.func.value) is Kind.OPTIMIZER  # type: ignore[attr-defined]
               and site.function in training):
             found.bypassing_steps.append(site)
-            found.notes.append(Note("AMP601", site.call, "optimizer step bypasses the grad "
+            found.notes.append(Note(STEP_BYPASSES_SCALER, site.call,
+                                    "optimizer step bypasses the grad "
                                     f"scaler: use `{scaler}.step(...)`"))
     if scaled_steps and not updates:
         last = max([*scaled_steps, *found.bypassing_steps], key=lambda s: facts.order[s.statement])
         found.missing_update_after.append(last)
-        found.notes.append(Note("AMP602", scaled_steps[-1].call, f"`{scaler}.step` without "
+        found.notes.append(Note(STEP_WITHOUT_UPDATE, scaled_steps[-1].call,
+                                f"`{scaler}.step` without "
                                 f"`{scaler}.update()`: the scale never adapts"))
     backwards = [s for s in facts.calls if is_backward_call(s.call)]
     points, _ = gradient_uses(scaled_steps, backwards, facts)
@@ -80,12 +129,14 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
             stepped = _optimizer_of(point, scaled_steps)
             optimizer = dotted(stepped) or "optimizer"
             found.missing_unscales.append(Unscale(point.statement, stepped, point.reason))
-            found.notes.append(Note("AMP603", point.statement, "clipping scaled gradients: "
+            found.notes.append(Note(CLIPPING_WITHOUT_UNSCALE, point.statement,
+                                    "clipping scaled gradients: "
                                     f"call `{scaler}.unscale_({optimizer})` first"))
     unsaved = [s for s in saved.saved if not _saves_scaler(s.container, usage)]
     if unsaved:
         found.checkpoints = Checkpoints(unsaved, [], saved.key)
-        found.notes.extend(Note("AMP605", s.entry, "checkpoint saves the optimizer but not the "
+        found.notes.extend(Note(CHECKPOINT_WITHOUT_SCALER, s.entry,
+                                "checkpoint saves the optimizer but not the "
                                 "grad scaler's state") for s in unsaved)
     return found
 

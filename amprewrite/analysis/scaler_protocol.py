@@ -27,6 +27,21 @@ from amprewrite.analysis.kinds import KindTable, optimizer_loop_elements
 from amprewrite.analysis.names import dotted, receiver_key, walk
 from amprewrite.analysis.tree import children
 from amprewrite.analysis.unscaling import Unscale, reads_grad
+from amprewrite.catalog import SKIP, declare
+
+PROTOCOL_NOT_KEPT = declare(
+    "AMP210", SKIP, "scaler protocol cannot be kept on every path",
+    "Between two `scaler.update()`s an optimizer may be unscaled once and stepped once, and "
+    "every path that unscaled or stepped must reach one `update()`. Restructure the loop so that "
+    "one statement ends every step path (e.g. keep retries around forward and backward only).",
+)
+
+GRADIENTS_WITHOUT_OPTIMIZER = declare(
+    "AMP211", SKIP, "scaled gradients read without an optimizer to unscale them",
+    "A path reads or applies `.grad` after a scaled backward and no optimizer step of that path "
+    "can unscale them (a manual SGD update): use a torch.optim optimizer on every path, or keep "
+    "this step in FP32.",
+)
 
 READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"
 Scope = cst.For | cst.While | cst.FunctionDef | cst.Module
@@ -235,7 +250,7 @@ class _Checker:
                           "without: no single `update()` fits")
         return pending == {True}
 
-    def _problem(self, node: cst.CSTNode, message: str, code: str = "AMP210") -> None:
+    def _problem(self, node: cst.CSTNode, message: str, code: str = PROTOCOL_NOT_KEPT) -> None:
         problem = Problem(code, node, message)
         if problem not in self.problems:
             self.problems.append(problem)
@@ -266,7 +281,7 @@ class _Checker:
                 config = _Config(config.pending, scaled=False)
         if config.scaled and self._reads_scaled_grad(node):
             self._problem(node, "reads `.grad` while the gradients are scaled and no optimizer "
-                          "step of this path can unscale them", "AMP211")
+                          "step of this path can unscale them", GRADIENTS_WITHOUT_OPTIMIZER)
         return config
 
     def _advance(self, node: cst.CSTNode, config: _Config, key: str, status: str) -> _Config:

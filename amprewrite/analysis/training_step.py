@@ -26,13 +26,64 @@ from amprewrite.analysis.statements import (
     is_step_call,
 )
 from amprewrite.analysis.unscaling import Clip, Unscale, gradient_uses, reads_grad
+from amprewrite.catalog import SKIP, Code, declare
+
+CLOSURE_STEP = declare(
+    "AMP103", SKIP, "optimizer step with a closure cannot be loss-scaled",
+    "A grad scaler cannot drive `step(closure)` (LBFGS and friends); the step and its closure "
+    "run in FP32. Move the work out of the closure to use AMP.",
+)
+
+BACKWARD_WITHOUT_STEP = declare(
+    "AMP201", SKIP, "backward without an optimizer step",
+    "Gradients computed for another purpose (saliency, inspection) are left unscaled; if this is "
+    "a training step, make its optimizer step visible.",
+)
+
+UNKNOWN_STEP_RECEIVER = declare(
+    "AMP202", SKIP, "`.step()` receiver not recognised as an optimizer",
+    "If it is an optimizer, build it with torch.optim (or pass it in from where it is built) so "
+    "the step can be routed through the scaler.",
+)
+
+LOSS_COMPUTED_ELSEWHERE = declare(
+    "AMP203", SKIP, "loss computed outside the function that calls backward",
+    "Wrap the forward pass and loss computation in `autocast()` where they run.",
+)
+
+BACKWARD_IN_CLOSURE = declare(
+    "AMP204", SKIP, "backward inside an optimizer closure",
+    "The closure's step cannot be scaled, so its backward stays unscaled.",
+)
+
+STEP_WITHOUT_BACKWARD = declare(
+    "AMP205", SKIP, "optimizer step without a backward pass in this file",
+    "The step is left alone: no scaled loss reaches it from this file.",
+)
+
+AUTOGRAD_BACKWARD = declare(
+    "AMP206", SKIP, "`torch.autograd.backward` call",
+    "Scale the tensors yourself: `torch.autograd.backward(scaler.scale(loss))`.",
+)
+
+BACKWARD_WITH_ARGUMENT = declare(
+    "AMP207", SKIP, "backward with a positional argument",
+    "`x.backward(arg)` is a framework's backward (`accelerator.backward(loss)`) or passes a "
+    "gradient; use the framework's own mixed-precision switch.",
+)
+
+OPTIMIZER_BOUND_ON_SOME_PATHS = declare(
+    "AMP212", SKIP, "optimizer bound only on some paths",
+    "The stepped optimizer is created inside a branch; the scaler calls would name it where it "
+    "may not exist. Create it on every path.",
+)
 
 
 @dataclass(frozen=True)
 class Note:
     """A finding about a node of the original tree (positions are added later)."""
 
-    code: str
+    code: Code
     node: cst.CSTNode
     message: str
 
@@ -82,12 +133,14 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     for site in facts.calls:
         if is_backward_call(site.call):
             if facts.imports.resolve(site.call.func) == "torch.autograd.backward":
-                result.notes.append(Note("AMP206", site.call, "`torch.autograd.backward(...)` "
+                result.notes.append(Note(AUTOGRAD_BACKWARD, site.call,
+                                         "`torch.autograd.backward(...)` "
                                          "is not loss-scaled automatically; left unchanged"))
             elif any(arg.keyword is None for arg in site.call.args):
                 # `accelerator.backward(loss)`, `engine.backward(loss)`, `out.backward(grad)`:
                 # a framework owns the backward, or a gradient is passed in.
-                result.notes.append(Note("AMP207", site.call, f"`{_code(facts, site.call)}` "
+                result.notes.append(Note(BACKWARD_WITH_ARGUMENT, site.call,
+                                         f"`{_code(facts, site.call)}` "
                                          "is not a plain loss backward; left unchanged"))
             else:
                 backwards.append(site)
@@ -98,15 +151,18 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     for site in backwards:
         text = _code(facts, site.call.func.value)  # type: ignore[attr-defined]
         if site.function is not None and site.function.name.value in closure_functions:
-            result.notes.append(Note("AMP204", site.call, f"`{text}.backward()` runs inside "
+            result.notes.append(Note(BACKWARD_IN_CLOSURE, site.call,
+                                     f"`{text}.backward()` runs inside "
                                      "an optimizer closure, whose step cannot be scaled; "
                                      "left unscaled"))
         elif not optimizer_steps:
-            result.notes.append(Note("AMP201", site.call, f"`{text}.backward()` has no optimizer "
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, site.call,
+                                     f"`{text}.backward()` has no optimizer "
                                      "step in this file; left unchanged"))
         elif (site.function is not None and not _steps_in(site.function, optimizer_steps)
               and reads_grad(site.function)):
-            result.notes.append(Note("AMP201", site.call, f"`{text}.backward()` computes "
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, site.call,
+                                     f"`{text}.backward()` computes "
                                      "gradients that are read, not stepped; left unchanged"))
         else:
             training_backwards.append(site)
@@ -114,18 +170,20 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     if not training_backwards:
         for site in optimizer_steps:
             text = _code(facts, site.call.func.value)  # type: ignore[attr-defined]
-            result.notes.append(Note("AMP205", site.call, f"`{text}.step()` has no backward pass "
+            result.notes.append(Note(STEP_WITHOUT_BACKWARD, site.call,
+                                     f"`{text}.step()` has no backward pass "
                                      "in this file to scale; left unchanged"))
         return result
 
     unscales, clips = gradient_uses(optimizer_steps, training_backwards, facts)
     unscales = [_over_elements(u, optimizer_steps, facts, kinds) for u in unscales]
     protocol = plan_updates(optimizer_steps, unscales, training_backwards, facts, kinds)
-    unbound = [Note("AMP212", s.call, f"`{_code(facts, s.call.func.value)}` "  # type: ignore[attr-defined]
+    unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{_code(facts, s.call.func.value)}` "  # type: ignore[attr-defined]
                     "is bound only on some paths; the scaler cannot be used where it may be "
                     "missing; training step left unchanged")
                for s in optimizer_steps if _maybe_unbound(s, facts)]
-    unbound += [Note("AMP212", u.optimizer, f"`{_code(facts, u.optimizer)}` may be None where "
+    unbound += [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, u.optimizer,
+                     f"`{_code(facts, u.optimizer)}` may be None where "
                      "its gradients would be unscaled (no check of it around that point); "
                      "training step left unchanged")
                 for u in unscales if _unguarded_none(u, facts)]
@@ -152,7 +210,8 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
         elif at_callers := _regions_at_callers(site, facts, kinds):
             regions.extend(at_callers)
         else:
-            result.notes.append(Note("AMP203", site.call, "the loss is computed outside this "
+            result.notes.append(Note(LOSS_COMPUTED_ELSEWHERE, site.call,
+                                     "the loss is computed outside this "
                                      "function; wrap its forward pass in `autocast()` there"))
     result.regions = merge_regions(regions, facts)
     return result
@@ -172,7 +231,8 @@ def _classify_step(
     kind = kinds.of(key) or _kind_from_name(key)
     if kind is not Kind.OPTIMIZER:
         if kind is None and not site.call.args and _has_backward(site.function, facts):
-            result.notes.append(Note("AMP202", site.call, f"`{_code(facts, receiver)}.step()`: "
+            result.notes.append(Note(UNKNOWN_STEP_RECEIVER, site.call,
+                                     f"`{_code(facts, receiver)}.step()`: "
                                      "receiver not recognised as an optimizer; left unchanged"))
         return
     if site.call.args:
@@ -180,7 +240,7 @@ def _classify_step(
             name = dotted(arg.value)
             if name is not None:
                 closure_functions.add(name)
-        result.notes.append(Note("AMP103", site.call, f"`{_code(facts, site.call)}` cannot be "
+        result.notes.append(Note(CLOSURE_STEP, site.call, f"`{_code(facts, site.call)}` cannot be "
                                  "loss-scaled; left unchanged"))
         return
     optimizer_steps.append(site)

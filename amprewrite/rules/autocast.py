@@ -6,8 +6,33 @@ import libcst as cst
 
 from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.training_step import Note, Region
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Replace, Wrap
+
+FORWARD_WRAPPED = declare(
+    "AMP101", CHANGE, "forward pass and loss wrapped in autocast",
+    "Review that the region covers the forward pass and the loss only.",
+)
+
+EVALUATION_WRAPPED = declare(
+    "AMP106", CHANGE, "evaluation forward pass wrapped in autocast",
+    "Inference runs in the low-precision dtype as well.",
+)
+
+SHARED_HELPER_WRAPPED = declare(
+    "AMP107", CHANGE, "autocast inside a forward helper shared with evaluation",
+    "A helper computing the forward pass and loss for training and for other callers "
+    "(evaluation, generator expressions, lambdas) runs them under autocast itself, so every use "
+    "does; its callers are not wrapped again.",
+)
+
+PRODUCER_WRAPPED = declare(
+    "AMP108", CHANGE, "autocast where stored outputs are computed",
+    "A loss built from values another function stored (`select_action` appending "
+    "log-probabilities) gets its region around that function's forward pass, not around the "
+    "arithmetic before the loss.",
+)
 
 
 def wrap_regions(ctx: RuleContext, regions: list[Region], code: str, what: str) -> None:

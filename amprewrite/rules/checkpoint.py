@@ -6,9 +6,22 @@ import libcst as cst
 
 from amprewrite.analysis.checkpoints import Checkpoints, SavedState
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.containers import insert_after, one_per_line
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert, Replace
+
+SCALER_STATE_SAVED = declare(
+    "AMP120", CHANGE, "scaler state saved in the checkpoint",
+    "Every dict carrying an optimizer's state that reaches `torch.save` or a save helper also "
+    "carries the scaler's.",
+)
+
+SCALER_STATE_RESTORED = declare(
+    "AMP121", CHANGE, "scaler state restored from the checkpoint",
+    "Restored only when the checkpoint has it, so checkpoints written before the rewrite still "
+    "load.",
+)
 
 
 def checkpoint_scaler(ctx: RuleContext, checkpoints: Checkpoints) -> None:
@@ -21,7 +34,7 @@ def checkpoint_scaler(ctx: RuleContext, checkpoints: Checkpoints) -> None:
             _save_by_statement(ctx, state, checkpoints.key)
         else:
             _save_in_container(ctx, state, checkpoints.key)
-        ctx.notes.append(Note("AMP120", state.entry, f"scaler state saved under "
+        ctx.notes.append(Note(SCALER_STATE_SAVED, state.entry, f"scaler state saved under "
                               f"\"{checkpoints.key}\" next to the optimizer's"))
     for restored in checkpoints.restored:
         subscript = restored.site.call.args[0].value
@@ -93,7 +106,8 @@ def _restore_after(
     restore = cst.parse_statement(code, config=ctx.facts.module.config_for_parsing)
     block, index = ctx.facts.position(statement)  # type: ignore[arg-type]
     ctx.plan.inserts.append(Insert(block, index + 1, [restore]))
-    ctx.notes.append(Note("AMP121", statement, f"scaler state restored from `{name}` when it "
+    ctx.notes.append(Note(SCALER_STATE_RESTORED, statement,
+                          f"scaler state restored from `{name}` when it "
                           "has one (checkpoints written before the rewrite have none)"))
 
 

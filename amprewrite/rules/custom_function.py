@@ -8,8 +8,15 @@ import libcst as cst
 
 from amprewrite.analysis.custom_functions import CustomFunction
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Replace
+
+FUNCTION_DECORATED = declare(
+    "AMP150", CHANGE, "custom autograd Function decorated for autocast",
+    "`custom_fwd`/`custom_bwd` make backward run with the forward's autocast state (float32 "
+    "inputs where the forward needs them).",
+)
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,7 @@ def decorate_custom_functions(
         if function.backward is not None:
             _add_decorator(ctx, function.backward, decorators.backward)
         detail = " (inputs cast to float32)" if function.needs_float32 else ""
-        ctx.notes.append(Note("AMP150", function.cls, f"custom autograd Function "
+        ctx.notes.append(Note(FUNCTION_DECORATED, function.cls, f"custom autograd Function "
                               f"`{function.cls.name.value}` decorated for autocast{detail}"))
 
 

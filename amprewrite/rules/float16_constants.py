@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from amprewrite.analysis.float16_constants import Float16Constants
+from amprewrite.analysis.float16_constants import FILL_NOT_FITTED, Float16Constants
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.imports import torch_name
 from amprewrite.transform import Replace
+
+FILL_FITTED = declare(
+    "AMP141", CHANGE, "fill value float16 cannot hold replaced by the dtype's limit",
+    "`x.masked_fill(mask, -1e9)` (also `masked_fill_`, `fill_`, `new_full`, `torch.full_like`, "
+    "`torch.where`, `x[mask] = -1e9`) on a tensor that is or may be float16 under autocast "
+    'raises on CUDA ("value cannot be converted to type c10::Half without overflow"); '
+    "`torch.finfo(x.dtype).min` is right in every dtype, float32 included.",
+)
 
 
 def fit_fills_to_dtype(ctx: RuleContext, found: Float16Constants) -> None:
@@ -18,7 +27,8 @@ def fit_fills_to_dtype(ctx: RuleContext, found: Float16Constants) -> None:
         code = ctx.facts.module.code_for_node
         old = code(fill.value)
         if torch is None:
-            ctx.notes.append(Note("AMP142", fill.value, f"`{old}` does not fit float16 (largest "
+            ctx.notes.append(Note(FILL_NOT_FITTED, fill.value,
+                                  f"`{old}` does not fit float16 (largest "
                                   "65504); fill with `torch.finfo(x.dtype).min` (torch is not "
                                   "imported by name here)"))
             continue
@@ -27,6 +37,6 @@ def fit_fills_to_dtype(ctx: RuleContext, found: Float16Constants) -> None:
         replacement = ctx.parse_expression(new)
         ctx.plan.replaces.append(Replace(fill.value, lambda _node, r=replacement: r))
         where = "is float16" if fill.certain else "may be float16"
-        ctx.notes.append(Note("AMP141", fill.value, f"`{old}` does not fit float16 (largest "
+        ctx.notes.append(Note(FILL_FITTED, fill.value, f"`{old}` does not fit float16 (largest "
                               f"65504) and this tensor {where} under autocast: filled with "
                               f"`{new}` instead"))

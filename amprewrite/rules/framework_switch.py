@@ -7,9 +7,28 @@ import libcst as cst
 
 from amprewrite.analysis.frameworks import PrecisionSwitch
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, NOTE, SKIP, declare
 from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.revert import MIXED_PRECISION_REMOVED
 from amprewrite.transform import Replace
+
+FRAMEWORK_SWITCHED_ON = declare(
+    "AMP420", CHANGE, "framework mixed precision switched on",
+    "Accelerate (`mixed_precision`), Lightning `Trainer`/`Fabric` (`precision`) own autocast and "
+    "scaling: their switch is the whole rewrite.",
+)
+
+FRAMEWORK_PRECISION_SET = declare(
+    "AMP421", SKIP, "framework already sets its precision",
+    "The `mixed_precision`/`precision` argument is already given: left as is.",
+)
+
+FRAMEWORK_OWNS_PRECISION = declare(
+    "AMP422", NOTE, "framework owns precision elsewhere",
+    "This file uses a framework whose trainer is built in another file: set mixed precision "
+    "there (amprewrite does when it rewrites that file).",
+)
 
 
 def switch_off_mixed_precision(ctx: RuleContext, switches: list[PrecisionSwitch]) -> None:
@@ -20,7 +39,8 @@ def switch_off_mixed_precision(ctx: RuleContext, switches: list[PrecisionSwitch]
             continue
         argument = next(a for a in switch.call.args if a.value is current)
         ctx.plan.replaces.append(Replace(switch.call, without(switch.call, argument)))
-        ctx.notes.append(Note("AMP170", switch.call, f"`{switch.keyword}` removed: the "
+        ctx.notes.append(Note(MIXED_PRECISION_REMOVED, switch.call,
+                              f"`{switch.keyword}` removed: the "
                               "framework trains in FP32 again (O0)"))
 
 
@@ -30,7 +50,8 @@ def switch_on_mixed_precision(ctx: RuleContext, switches: list[PrecisionSwitch])
         framework = switch.framework.rsplit(".", 1)[-1]
         if switch.current is not None:
             current = ctx.facts.module.code_for_node(switch.current)
-            ctx.notes.append(Note("AMP421", switch.call, f"`{framework}` already sets "
+            ctx.notes.append(Note(FRAMEWORK_PRECISION_SET, switch.call,
+                                  f"`{framework}` already sets "
                                   f"`{switch.keyword}={current}`; left unchanged"))
             continue
         value = switch.values[dtype]
@@ -38,7 +59,8 @@ def switch_on_mixed_precision(ctx: RuleContext, switches: list[PrecisionSwitch])
                            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                                  whitespace_after=cst.SimpleWhitespace("")))
         ctx.plan.replaces.append(Replace(switch.call, _with_argument(argument)))
-        ctx.notes.append(Note("AMP420", switch.call, f"`{framework}(...)` owns precision: "
+        ctx.notes.append(Note(FRAMEWORK_SWITCHED_ON, switch.call,
+                              f"`{framework}(...)` owns precision: "
                               f"`{switch.keyword}={value}` added (no hand-made scaler)"))
 
 

@@ -7,8 +7,24 @@ import libcst as cst
 from amprewrite.analysis.facts import CallSite
 from amprewrite.analysis.scaler_protocol import UpdatePoint
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert, InsertAfterSmall, Replace
+
+BACKWARD_SCALED = declare(
+    "AMP102", CHANGE, "backward pass scaled",
+    "The loss is multiplied by the scale before backward.",
+)
+
+STEP_ROUTED = declare(
+    "AMP104", CHANGE, "optimizer step routed through the scaler",
+    "`scaler.step(optimizer)` unscales the gradients and skips inf/NaN steps.",
+)
+
+UPDATE_ADDED = declare(
+    "AMP105", CHANGE, "scaler update added",
+    "`scaler.update()` runs once per iteration, after the last optimizer step.",
+)
 
 
 def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
@@ -30,7 +46,7 @@ def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
 
         ctx.plan.replaces.append(Replace(site.call, build))
         scaled = f"{ctx.scaler_expr}.scale({loss_text})"
-        ctx.notes.append(Note("AMP102", site.call, f"`.backward()` of `{loss_text}` scaled: "
+        ctx.notes.append(Note(BACKWARD_SCALED, site.call, f"`.backward()` of `{loss_text}` scaled: "
                               f"`{scaled}`"))
 
 
@@ -47,7 +63,7 @@ def route_steps(ctx: RuleContext, steps: list[CallSite]) -> None:
             return node.with_changes(func=step, args=[cst.Arg(value=node.func.value)])
 
         ctx.plan.replaces.append(Replace(site.call, build))
-        ctx.notes.append(Note("AMP104", site.call, f"`{optimizer_text}.step()` routed through "
+        ctx.notes.append(Note(STEP_ROUTED, site.call, f"`{optimizer_text}.step()` routed through "
                               f"`{ctx.scaler_expr}.step({optimizer_text})`"))
 
 
@@ -69,7 +85,7 @@ def add_updates(ctx: RuleContext, after: list[CallSite]) -> None:
         else:
             smalls = [line.body[0] for line in lines]
             ctx.plan.small_inserts.append(InsertAfterSmall(small, smalls))
-        ctx.notes.append(Note("AMP105", site.call, f"`{code}` added after the last optimizer "
+        ctx.notes.append(Note(UPDATE_ADDED, site.call, f"`{code}` added after the last optimizer "
                               "step of the iteration"))
 
 
@@ -94,7 +110,7 @@ def add_updates_at(ctx: RuleContext, points: list[UpdatePoint]) -> None:
             ctx.plan.inserts.append(Insert(block, index if point.before else index + 1, [line]))
             where = "before leaving the iteration" if point.before else (
                 "after the last optimizer step on every path of the iteration")
-        ctx.notes.append(Note("AMP105", node, f"`{code}` added {where}"))
+        ctx.notes.append(Note(UPDATE_ADDED, node, f"`{code}` added {where}"))
 
 
 def _code(ctx: RuleContext, node: cst.CSTNode) -> str:

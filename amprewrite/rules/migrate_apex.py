@@ -10,11 +10,36 @@ import libcst as cst
 from amprewrite.analysis.apex_amp import ApexAmp
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.options import OPT_LEVELS, Options
 from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_receiver
 from amprewrite.transform import Replace
+
+APEX_FEATURE_DROPPED = declare(
+    "AMP402", SKIP, "apex.amp feature without a native equivalent",
+    "apex.amp is gone (removed from apex in 2025): remove the call; `num_losses` is dropped "
+    "because one native scaler serves every loss.",
+)
+
+APEX_INITIALIZE_MIGRATED = declare(
+    "AMP410", CHANGE, "apex `amp.initialize` migrated",
+    "A native `GradScaler` keeps the opt level and properties; `scaler.initialize(model, "
+    "optimizer)` casts the model at O2/O3.",
+)
+
+APEX_SCALE_LOSS_MIGRATED = declare(
+    "AMP411", CHANGE, "apex `amp.scale_loss` migrated",
+    "`with amp.scale_loss(loss, optimizer) as s: s.backward()` is now "
+    "`scaler.scale(loss).backward()`.",
+)
+
+APEX_STATE_MIGRATED = declare(
+    "AMP412", CHANGE, "apex checkpoint state migrated",
+    "`amp.state_dict()` entries are replaced by the scaler's state, saved next to the "
+    "optimizer's; `amp.load_state_dict` by the scaler's restore.",
+)
 
 _PROPERTIES = ("keep_batchnorm_fp32", "master_weights", "loss_scale")
 
@@ -27,11 +52,13 @@ def remove_apex(ctx: RuleContext, apex: ApexAmp) -> Options:
     for statement, call in apex.initialize:
         ctx.plan.replaces.append(Replace(statement, _without_initialize(statement, call)))
         options = _options_from(call, ctx)
-        ctx.notes.append(Note("AMP410", statement, "apex `amp.initialize(...)` migrated: a "
+        ctx.notes.append(Note(APEX_INITIALIZE_MIGRATED, statement,
+                              "apex `amp.initialize(...)` migrated: a "
                               "native `GradScaler` with the same opt level and properties"))
     for block in apex.scale_loss:
         ctx.plan.replaces.append(Replace(block, _plain_backward))
-        ctx.notes.append(Note("AMP411", block, "apex `amp.scale_loss(...)` migrated to "
+        ctx.notes.append(Note(APEX_SCALE_LOSS_MIGRATED, block,
+                              "apex `amp.scale_loss(...)` migrated to "
                               "`scaler.scale(loss).backward()`"))
     for call in apex.master_params:
         optimizer = dotted(call.args[0].value) if call.args else None
@@ -42,11 +69,13 @@ def remove_apex(ctx: RuleContext, apex: ApexAmp) -> Options:
         ctx.plan.replaces.append(Replace(call, lambda _, new=parameters: new))
     for container, entry in apex.state_entries:
         ctx.plan.replaces.append(Replace(container, without(container, entry)))
-        ctx.notes.append(Note("AMP412", entry, "apex's `amp.state_dict()` entry replaced by the "
+        ctx.notes.append(Note(APEX_STATE_MIGRATED, entry,
+                              "apex's `amp.state_dict()` entry replaced by the "
                               "scaler's state next to the optimizer's"))
     for call in apex.unsupported:
         text = " ".join(ctx.facts.module.code_for_node(call.func).split())
-        ctx.notes.append(Note("AMP402", call, f"`{text}(...)` has no native equivalent and "
+        ctx.notes.append(Note(APEX_FEATURE_DROPPED, call,
+                              f"`{text}(...)` has no native equivalent and "
                               "needs apex; remove it"))
     return options
 
@@ -67,7 +96,8 @@ def _options_from(call: cst.Call, ctx: RuleContext) -> Options:
         if name in keywords:
             arguments.append(f"{name}={code(keywords[name])}")
     if "num_losses" in keywords:
-        ctx.notes.append(Note("AMP402", keywords["num_losses"], "`num_losses`: one native "
+        ctx.notes.append(Note(APEX_FEATURE_DROPPED, keywords[
+                              "num_losses"], "`num_losses`: one native "
                               "scaler serves every loss; the argument is dropped"))
     return replace(ctx.options, opt_level=level, scaler_arguments=tuple(arguments))
 

@@ -8,8 +8,15 @@ import libcst as cst
 from amprewrite.analysis.deprecated_amp import DEPRECATED, DeprecatedAmp, DeprecatedUse
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Replace
+
+CUDA_AMP_MIGRATED = declare(
+    "AMP401", CHANGE, "deprecated `torch.cuda.amp` / `torch.cpu.amp` migrated",
+    "Deprecated since torch 2.4: now `torch.amp` with the device type spelled out; every "
+    "argument is kept (autocast's positional ones by keyword).",
+)
 
 # Positional parameters of the deprecated autocast constructors, which `torch.amp.autocast`
 # (device_type, dtype, enabled, cache_enabled) orders differently: pass them by keyword.
@@ -20,7 +27,8 @@ def migrate_cuda_amp(ctx: RuleContext, deprecated: DeprecatedAmp) -> None:
     for use in deprecated.uses:
         ctx.plan.replaces.append(Replace(use.node, _migrated(use)))
         old = f"torch.{use.device}.amp.{use.name}"
-        ctx.notes.append(Note("AMP401", use.node, f"`{old}` is deprecated since torch 2.4: now "
+        ctx.notes.append(Note(CUDA_AMP_MIGRATED, use.node,
+                              f"`{old}` is deprecated since torch 2.4: now "
                               f"`torch.amp.{use.name}` with device type \"{use.device}\""))
     for statement in deprecated.imports:
         ctx.plan.replaces.append(Replace(statement, _import_from_torch_amp))

@@ -8,23 +8,32 @@ import libcst as cst
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.ray_train import RayAmp
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_receiver
 from amprewrite.transform import Replace
+
+RAY_AMP_MIGRATED = declare(
+    "AMP430", CHANGE, "Ray Train's deprecated AMP helpers migrated",
+    "`train.torch.accelerate(amp=True)`, `prepare_optimizer` and `train.torch.backward(loss)` "
+    "give way to explicit native AMP.",
+)
 
 
 def remove_ray_amp(ctx: RuleContext, ray: RayAmp) -> None:
     for statement in ray.accelerate:
         ctx.plan.replaces.append(Replace(statement, lambda _: cst.RemoveFromParent()))
-        ctx.notes.append(Note("AMP430", statement, "deprecated `train.torch.accelerate(amp=...)`"
+        ctx.notes.append(Note(RAY_AMP_MIGRATED, statement,
+                              "deprecated `train.torch.accelerate(amp=...)`"
                               " removed: explicit native AMP replaces it"))
     for statement, call in ray.prepare_optimizer:
         ctx.plan.replaces.append(Replace(statement, _unwrapped_optimizer(call)))
-        ctx.notes.append(Note("AMP430", call, "deprecated `train.torch.prepare_optimizer(...)` "
+        ctx.notes.append(Note(RAY_AMP_MIGRATED, call,
+                              "deprecated `train.torch.prepare_optimizer(...)` "
                               "removed: the grad scaler steps the optimizer"))
     for call in ray.backward:
         ctx.plan.replaces.append(Replace(call, _tensor_backward))
-        ctx.notes.append(Note("AMP430", call, "deprecated `train.torch.backward(loss)` "
+        ctx.notes.append(Note(RAY_AMP_MIGRATED, call, "deprecated `train.torch.backward(loss)` "
                               "replaced by a scaled `loss.backward()`"))
 
 

@@ -14,7 +14,13 @@ from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.names import receiver_key
 from amprewrite.analysis.scaler_home import find_scaler_home
 from amprewrite.options import Options
-from amprewrite.rules.autocast import wrap_regions
+from amprewrite.rules.autocast import (
+    EVALUATION_WRAPPED,
+    FORWARD_WRAPPED,
+    PRODUCER_WRAPPED,
+    SHARED_HELPER_WRAPPED,
+    wrap_regions,
+)
 from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.custom_function import decorate_custom_functions
@@ -54,11 +60,12 @@ def plan_rewrite(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     style = (plain_style if options.plain else runtime_style)(facts, options, needs)
     ctx = RuleContext(facts, options, style.autocast)
     for split, code, what in (
-        (analysis.training_regions, "AMP101", "forward pass and loss"),
-        (analysis.evaluation_regions, "AMP106", "evaluation forward pass"),
-        (analysis.helper_regions, "AMP107", "forward pass and loss of a helper that training "
-         "shares with other callers"),
-        (analysis.producer_regions, "AMP108", "forward pass whose outputs a later loss reads"),
+        (analysis.training_regions, FORWARD_WRAPPED, "forward pass and loss"),
+        (analysis.evaluation_regions, EVALUATION_WRAPPED, "evaluation forward pass"),
+        (analysis.helper_regions, SHARED_HELPER_WRAPPED,
+         "forward pass and loss of a helper that training shares with other callers"),
+        (analysis.producer_regions, PRODUCER_WRAPPED,
+         "forward pass whose outputs a later loss reads"),
     ):
         if not analysis.escapes.stuck:
             wrap_regions(ctx, split.regions, code, what)

@@ -8,8 +8,26 @@ from amprewrite.analysis.entry_point import EntryPoint
 from amprewrite.analysis.facts import CallSite
 from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert, Replace
+
+REPRODUCIBILITY_ENABLED = declare(
+    "AMP501", CHANGE, "reproducibility enabled at the entry point",
+    "`enable_reproducibility(seed)` seeds random, numpy and torch, and makes cuDNN and torch "
+    "deterministic (see docs/reproducibility.md).",
+)
+
+LOADER_OUTSIDE_ENTRY = declare(
+    "AMP502", SKIP, "training DataLoader outside the entry point",
+    "Pass `generator=` and `worker_init_fn=` from `enable_reproducibility`'s result to it by "
+    "hand.",
+)
+
+LOADER_SEEDED = declare(
+    "AMP503", CHANGE, "shuffled DataLoader seeded",
+    "Its shuffling and its workers' seeds now derive from the seed.",
+)
 
 
 def seed_everything(
@@ -19,18 +37,20 @@ def seed_everything(
     code = f"{name} = {function_name}({ctx.options.seed})"
     ctx.plan.inserts.append(Insert(entry.block, entry.index, [ctx.parse_statement(code)]))
     anchor = entry.block.body[min(entry.index, len(entry.block.body) - 1)]
-    ctx.notes.append(Note("AMP501", anchor, f"`{code}` seeds random, numpy and torch and makes "
+    ctx.notes.append(Note(REPRODUCIBILITY_ENABLED, anchor,
+                          f"`{code}` seeds random, numpy and torch and makes "
                           "cuDNN and torch deterministic"))
     for site in loaders:
         if site.function is not entry.function or not _inside(entry, site, ctx):
-            ctx.notes.append(Note("AMP502", site.call, "training DataLoader outside the entry "
+            ctx.notes.append(Note(LOADER_OUTSIDE_ENTRY, site.call,
+                                  "training DataLoader outside the entry "
                                   f"point: pass `generator=` and `worker_init_fn=` from `{name}` "
                                   "to it by hand"))
             continue
         extra = [_keyword("generator", ctx.parse_expression(f"{name}.generator")),
                  _keyword("worker_init_fn", ctx.parse_expression(f"{name}.worker_init_fn"))]
         ctx.plan.replaces.append(Replace(site.call, _with_arguments(extra)))
-        ctx.notes.append(Note("AMP503", site.call, f"shuffled DataLoader seeded from `{name}` "
+        ctx.notes.append(Note(LOADER_SEEDED, site.call, f"shuffled DataLoader seeded from `{name}` "
                               "(`generator=`, `worker_init_fn=`)"))
 
 

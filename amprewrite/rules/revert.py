@@ -10,10 +10,17 @@ import libcst as cst
 
 from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_receiver
 from amprewrite.transform import Replace
+
+MIXED_PRECISION_REMOVED = declare(
+    "AMP170", CHANGE, "mixed precision removed (O0)",
+    "O0 on a script amprewrite rewrote takes autocast, the scaler and its checkpoint entries out "
+    "again: plain FP32 training.",
+)
 
 
 def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
@@ -34,7 +41,7 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
     for call_id, model in usage.master_params.items():
         parameters = ctx.parse_expression(f"{model}.parameters()")
         ctx.plan.replaces.append(Replace(_call_by_id(ctx, call_id), lambda _, p=parameters: p))
-    ctx.notes.append(Note("AMP170", ctx.facts.module.body[0],
+    ctx.notes.append(Note(MIXED_PRECISION_REMOVED, ctx.facts.module.body[0],
                           "mixed precision removed: the script is plain FP32 again (O0)"))
 
 

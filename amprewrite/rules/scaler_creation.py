@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from amprewrite.analysis.scaler_home import ScalerHome
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert
+
+SCALER_CREATED = declare(
+    "AMP100", CHANGE, "grad scaler created",
+    "One scaler serves every training step it can reach.",
+)
 
 _WHERE = {
     "attribute": "in `__init__`, next to the optimizer",
@@ -22,7 +28,7 @@ def create_scaler(
     code = f"{home.expression} = {constructor}"
     body = home.block.body
     anchor = body[min(home.index, len(body)) - 1] if home.index > 0 else body[0]
-    ctx.notes.append(Note("AMP100", anchor,
+    ctx.notes.append(Note(SCALER_CREATED, anchor,
                           f"grad scaler `{home.expression}` created {_WHERE[home.scope]}"))
     if home.scope == "global" and home.index == header_index:
         return code

@@ -7,8 +7,15 @@ import libcst as cst
 from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.schedulers import GuardedScheduler
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Replace
+
+SCHEDULER_GUARDED = declare(
+    "AMP111", CHANGE, "LR scheduler guarded against skipped steps",
+    "A scheduler stepped in the same iteration as the optimizer only steps when the scaler did "
+    "not skip the optimizer step (pytorch issue 55585).",
+)
 
 
 def guard_schedulers(ctx: RuleContext, schedulers: list[GuardedScheduler]) -> None:
@@ -33,5 +40,6 @@ def guard_schedulers(ctx: RuleContext, schedulers: list[GuardedScheduler]) -> No
             return cst.If(test=condition, body=body, leading_lines=node.leading_lines)
 
         ctx.plan.replaces.append(Replace(line, build))
-        ctx.notes.append(Note("AMP111", scheduler.site.call, f"LR scheduler stepped only when "
+        ctx.notes.append(Note(SCHEDULER_GUARDED, scheduler.site.call,
+                              f"LR scheduler stepped only when "
                               f"the optimizer step was not skipped (`if {test}:`)"))

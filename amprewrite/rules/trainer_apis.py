@@ -9,9 +9,23 @@ from amprewrite.analysis.facts import CallSite
 from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.trainer_apis import TrainerApis, TrainerClass
 from amprewrite.analysis.training_step import Note
-from amprewrite.rules.autocast import wrap_regions
+from amprewrite.catalog import CHANGE, SKIP, declare
+from amprewrite.rules.autocast import EVALUATION_WRAPPED, FORWARD_WRAPPED, wrap_regions
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.loss_scaling import UPDATE_ADDED
 from amprewrite.transform import Insert, Replace
+
+TRAINER_SCALER_ADDED = declare(
+    "AMP440", CHANGE, "trainer API given a grad scaler",
+    "Determined: `self.scaler = context.wrap_scaler(GradScaler())`, scaled `context.backward`, "
+    "`step_optimizer(..., scaler=...)`, `update()`. Enchanter: `runner.scaler = GradScaler()` "
+    "(custom runners: in `__init__`).",
+)
+
+TRAINER_WITHOUT_INIT = declare(
+    "AMP441", SKIP, "trainer class without `__init__`",
+    "The grad scaler must be created once per trainer: add an `__init__`.",
+)
 
 
 def adopt_trainer_apis(ctx: RuleContext, apis: TrainerApis, torch: str) -> None:
@@ -23,13 +37,14 @@ def adopt_trainer_apis(ctx: RuleContext, apis: TrainerApis, torch: str) -> None:
         code = f"{runner.keys[0]}.{name} = {torch}.amp.GradScaler()"
         block, index = ctx.facts.position(runner.statement)
         ctx.plan.inserts.append(Insert(block, index + 1, [ctx.parse_statement(code)]))
-        ctx.notes.append(Note("AMP440", runner.statement, f"Enchanter runner: `{code}` "
+        ctx.notes.append(Note(TRAINER_SCALER_ADDED, runner.statement, f"Enchanter runner: `{code}` "
                               "switches its mixed precision on"))
 
 
 def _adopt_class(ctx: RuleContext, trainer: TrainerClass, scaler: str, torch: str) -> None:
     if trainer.init is None or not isinstance(trainer.init.body, cst.IndentedBlock):
-        ctx.notes.append(Note("AMP441", trainer.cls, "no `__init__` to create the grad scaler "
+        ctx.notes.append(Note(TRAINER_WITHOUT_INIT, trainer.cls,
+                              "no `__init__` to create the grad scaler "
                               "in; add one that sets `self.scaler`"))
         return
     constructor = f"{torch}.amp.GradScaler()"
@@ -39,10 +54,11 @@ def _adopt_class(ctx: RuleContext, trainer: TrainerClass, scaler: str, torch: st
     index = len(body) - 1 if body and _calls_super_init(body[-1]) else len(body)
     ctx.plan.inserts.append(Insert(trainer.init.body, index,
                                    [ctx.parse_statement(f"{scaler} = {constructor}")]))
-    ctx.notes.append(Note("AMP440", trainer.cls, f"{trainer.api}: `{scaler} = {constructor}` "
+    ctx.notes.append(Note(TRAINER_SCALER_ADDED, trainer.cls,
+                          f"{trainer.api}: `{scaler} = {constructor}` "
                           "created in `__init__`"))
-    wrap_regions(ctx, trainer.regions, "AMP101", "forward pass and loss")
-    wrap_regions(ctx, trainer.eval_regions, "AMP106", "evaluation forward pass")
+    wrap_regions(ctx, trainer.regions, FORWARD_WRAPPED, "forward pass and loss")
+    wrap_regions(ctx, trainer.eval_regions, EVALUATION_WRAPPED, "evaluation forward pass")
     for site in trainer.backwards:  # context.backward(loss) -> context.backward(scaler.scale(loss))
         scale = ctx.parse_expression(f"{scaler}.scale")
         ctx.plan.replaces.append(Replace(site.call.args[0].value, lambda n, s=scale: cst.Call(
@@ -71,7 +87,7 @@ def _with_scaler(ctx: RuleContext, scaler: str):  # type: ignore[no-untyped-def]
 def _update_after(ctx: RuleContext, step: CallSite, scaler: str) -> None:
     block, index = ctx.facts.position(step.statement)
     ctx.plan.inserts.append(Insert(block, index + 1, [ctx.parse_statement(f"{scaler}.update()")]))
-    ctx.notes.append(Note("AMP105", step.call, f"`{scaler}.update()` added after the optimizer "
+    ctx.notes.append(Note(UPDATE_ADDED, step.call, f"`{scaler}.update()` added after the optimizer "
                           "step"))
 
 

@@ -13,9 +13,31 @@ from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.sigmoid_outputs import SaturatingInput
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unsafe_losses import UnsafeLoss
+from amprewrite.catalog import CHANGE, SKIP, declare
+from amprewrite.rules.autocast import FORWARD_WRAPPED
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_float
 from amprewrite.transform import Replace, Wrap
+
+BCE_MOVED_OUT = declare(
+    "AMP130", CHANGE, "binary cross-entropy moved out of autocast",
+    "`nn.BCELoss`/`F.binary_cross_entropy` raise under CUDA autocast; they now run after the "
+    "autocast block on float32 inputs. Prefer `BCEWithLogitsLoss`.",
+)
+
+SIGMOID_FEEDS_BCE = declare(
+    "AMP132", SKIP, "sigmoid output fed to binary cross-entropy",
+    "Probabilities from a sigmoid computed in bfloat16/float16 round to 1.0 and the loss jumps; "
+    "drop the model's final sigmoid and use `BCEWithLogitsLoss`.",
+)
+
+SIGMOID_INPUT_CAST = declare(
+    "AMP134", CHANGE, "sigmoid input cast to float32 for binary cross-entropy",
+    "A model's forward ends in a sigmoid (`torch.sigmoid(h)`, an `nn.Sigmoid()` layer called on "
+    "its own) whose probabilities feed binary cross-entropy: its input becomes `.float()`, so "
+    "probabilities near 1 keep their precision instead of rounding to 1.0 in bfloat16/float16. A "
+    "sigmoid that is the last layer of an `nn.Sequential` is reported instead (AMP132).",
+)
 
 
 @dataclass
@@ -38,7 +60,7 @@ def float32_inputs(ctx: RuleContext, moved: list[UnsafeLoss]) -> None:
                    "block on float32 inputs")
         if kept:
             message += f" (its forward pass stays under autocast as `{'`, `'.join(kept)}`)"
-        ctx.notes.append(Note("AMP130", loss.statement, message + "; `BCEWithLogitsLoss` on "
+        ctx.notes.append(Note(BCE_MOVED_OUT, loss.statement, message + "; `BCEWithLogitsLoss` on "
                               "logits is safe and more accurate"))
 
 
@@ -47,14 +69,16 @@ def report_saturation(ctx: RuleContext, inputs: list[SaturatingInput]) -> None:
     cast: set[int] = set()
     for found in inputs:
         if found.cast is None:
-            ctx.notes.append(Note("AMP132", found.call, f"binary cross-entropy on probabilities "
+            ctx.notes.append(Note(SIGMOID_FEEDS_BCE, found.call,
+                                  f"binary cross-entropy on probabilities "
                                   f"from {found.source}: computed in bfloat16/float16 under "
                                   "autocast they round to 1.0 and the loss saturates; "
                                   f"{found.advice}"))
         elif id(found.cast) not in cast:
             cast.add(id(found.cast))
             ctx.plan.replaces.append(Replace(found.cast, as_float))
-            ctx.notes.append(Note("AMP134", found.cast, "sigmoid input cast to float32 for "
+            ctx.notes.append(Note(SIGMOID_INPUT_CAST, found.cast,
+                                  "sigmoid input cast to float32 for "
                                   "binary cross-entropy: bfloat16/float16 probabilities round "
                                   "to 1.0 near 1 and the loss saturates"))
 
@@ -88,7 +112,7 @@ def _keep_forwards_in_region(
         position = len(ctx.plan.wraps)
         item = ctx.parse_expression(ctx.autocast_call)
         ctx.plan.wraps.append(Wrap(loss.block, loss.index, loss.index - 1, item, []))
-        ctx.notes.append(Note("AMP101", loss.statement, "forward pass wrapped in "
+        ctx.notes.append(Note(FORWARD_WRAPPED, loss.statement, "forward pass wrapped in "
                               f"`with {ctx.autocast_call}:`"))
     wrap = ctx.plan.wraps[position]
     ctx.plan.wraps[position] = Wrap(wrap.block, wrap.start, wrap.end, wrap.item,

@@ -7,8 +7,15 @@ import libcst as cst
 from amprewrite.analysis.facts import Statement
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unscaling import Unscale
+from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Insert
+
+GRADIENTS_UNSCALED = declare(
+    "AMP110", CHANGE, "gradients unscaled before clipping or reading them",
+    "`scaler.unscale_(optimizer)` runs once per step, before the first code between backward and "
+    "step that clips or reads `.grad`.",
+)
 
 
 def unscale_before_use(ctx: RuleContext, points: list[Unscale]) -> None:
@@ -27,5 +34,5 @@ def unscale_before_use(ctx: RuleContext, points: list[Unscale]) -> None:
             line = cst.parse_statement(code, config=ctx.facts.module.config_for_parsing)
             code = " ".join(code.split())
         ctx.plan.inserts.append(Insert(block, index, [line]))
-        ctx.notes.append(Note("AMP110", point.statement,
+        ctx.notes.append(Note(GRADIENTS_UNSCALED, point.statement,
                               f"`{code}` added before {point.reason}, so it sees true gradients"))

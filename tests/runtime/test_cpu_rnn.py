@@ -1,9 +1,10 @@
 """Recurrent layers under the runtime's CPU autocast, in bfloat16 and in float16.
 
 On a CPU whose oneDNN has no LSTM kernel for a low-precision dtype (an AVX2 machine: neither
-bfloat16 nor float16; a CPU with AMX: no float16), `torch.autocast("cpu")` alone makes every LSTM forward raise "could not create a
-primitive descriptor for the LSTM forward propagation primitive"; the runtime's regions run
-the LSTM in float32 there and the rest of the region in low precision.
+bfloat16 nor float16; a CPU with AMX: no float16), `torch.autocast("cpu")` alone makes every
+LSTM forward raise "could not create a primitive descriptor for the LSTM forward propagation
+primitive"; the runtime's regions run the LSTM in float32 there and the rest of the region in
+low precision.
 """
 
 from __future__ import annotations

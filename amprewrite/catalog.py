@@ -1,0 +1,114 @@
+"""The catalog of finding codes.
+
+Each code is declared once, by `declare`, in the module that emits it (a rule, an analysis
+that reports sites it leaves alone, or `findings` for the file-level outcomes); importing that
+module registers it. `codes()` imports every such module and returns the whole catalog, from
+which `docs/findings.md` is generated (`python -m amprewrite.catalog`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from enum import Enum
+
+
+class Severity(str, Enum):
+    CHANGE = "change"  # the rewrite changed something here
+    SKIP = "skip"  # a site the rewrite saw and deliberately left alone
+    NOTE = "note"  # information about the whole file
+    LINT = "lint"  # an AMP mistake in code that already uses AMP: fails --check
+    ERROR = "error"  # the file could not be processed
+
+
+CHANGE, SKIP, NOTE, LINT, ERROR = Severity
+
+
+class Code(str):
+    """A finding code: its id (the string itself, `AMP102`), severity, title and what the
+    user should do."""
+
+    severity: Severity
+    title: str
+    advice: str
+
+    def __new__(cls, id: str, severity: Severity, title: str, advice: str) -> Code:
+        code = super().__new__(cls, id)
+        code.severity, code.title, code.advice = severity, title, advice
+        return code
+
+    @property
+    def id(self) -> str:
+        return str(self)
+
+    def __reduce__(self) -> tuple[type[Code], tuple[str, Severity, str, str]]:
+        return Code, (str(self), self.severity, self.title, self.advice)  # across processes
+
+
+_DECLARED: dict[str, Code] = {}
+
+
+def declare(id: str, severity: Severity, title: str, advice: str) -> Code:
+    """Register a code; a second declaration of the same id is a programming error."""
+    if id in _DECLARED:
+        raise ValueError(f"finding code {id} declared twice")
+    code = Code(id, severity, title, advice)
+    _DECLARED[id] = code
+    return code
+
+
+_PACKAGES = ("amprewrite.analysis", "amprewrite.rules")
+
+
+def codes() -> dict[str, Code]:
+    """Every declared code by id, in id order (imports every module that may declare one)."""
+    importlib.import_module("amprewrite.findings")
+    for package_name in _PACKAGES:
+        package = importlib.import_module(package_name)
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package_name}.{module.name}")
+    return dict(sorted(_DECLARED.items()))
+
+
+def lookup(code_id: str) -> Code | None:
+    """The declared code with this id; None for an unregistered one (a plugin's, a test's)."""
+    return _DECLARED.get(code_id) or codes().get(code_id)
+
+
+def severity_of(code_id: str) -> Severity:
+    """A code's severity; an unregistered code counts as a change (it is shown)."""
+    code = lookup(code_id)
+    return code.severity if code is not None else Severity.CHANGE
+
+
+def findings_table() -> str:
+    """The Markdown table of every code, as docs/findings.md shows it."""
+    rows = ["| code | severity | what | what to do |", "| --- | --- | --- | --- |"]
+    rows += [f"| {c.id} | {c.severity.value} | {c.title} | {c.advice} |"
+             for c in codes().values()]
+    return "\n".join(rows) + "\n"
+
+
+TABLE_START = "<!-- generated from amprewrite.catalog: python -m amprewrite.catalog -->\n"
+TABLE_END = "<!-- end of generated table -->\n"
+
+
+def with_table(page: str) -> str:
+    """`page` with the text between the generated-table markers replaced by the table."""
+    head, _, rest = page.partition(TABLE_START)
+    _, _, tail = rest.partition(TABLE_END)
+    return f"{head}{TABLE_START}{findings_table()}{TABLE_END}{tail}"
+
+
+def main() -> None:
+    """Regenerate the table in docs/findings.md (run from the repository root)."""
+    from pathlib import Path
+
+    page = Path("docs/findings.md")
+    page.write_text(with_table(page.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    import amprewrite.catalog  # the module every declaration registers in, not __main__
+
+    amprewrite.catalog.main()
