@@ -6,13 +6,11 @@ import io
 import re
 import tokenize
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis import ModuleAnalysis, analyse
-from amprewrite.analysis.amp_usage import amp_usage
-from amprewrite.analysis.lint import lint
+from amprewrite.analysis import analyse
 from amprewrite.analysis.training_step import Note
 from amprewrite.codegen import Layout, locate, render_module
 from amprewrite.findings import (
@@ -23,23 +21,9 @@ from amprewrite.findings import (
     Finding,
 )
 from amprewrite.options import Options, validate
-from amprewrite.rules.checkpoint import checkpoint_scaler
+from amprewrite.recipes import choose
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.framework_switch import (
-    FRAMEWORK_OWNS_PRECISION,
-    switch_off_mixed_precision,
-    switch_on_mixed_precision,
-)
-from amprewrite.rules.imports import torch_name
-from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
-from amprewrite.rules.migrate_apex import remove_apex
-from amprewrite.rules.migrate_cuda_amp import migrate_cuda_amp
-from amprewrite.rules.migrate_ray import remove_ray_amp
-from amprewrite.rules.recipe import plan_rewrite
-from amprewrite.rules.revert import revert_to_fp32
-from amprewrite.rules.trainer_apis import adopt_trainer_apis
-from amprewrite.rules.unscaling import unscale_before_use
-from amprewrite.transform import Insert, apply_edits
+from amprewrite.transform import apply_edits
 
 # A file that mentions none of these cannot hold a training step amprewrite would rewrite.
 _MAY_TRAIN = re.compile(rb"torch|backward|lightning|accelerate|apex|determined|enchanter|ray")
@@ -82,83 +66,16 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
         return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)])
     module = _parse(source)
     analysis = analyse(module)
-    if analysis.apex or analysis.ray:
-        return _migrate(module, source, analysis, options)
-    partial_amp = not analysis.amp_in_training.trains and analysis.training.found
-    if options.opt_level == "O0" and analysis.existing_amp is not None and not partial_amp:
-        return _revert(module, source, analysis, options)
-    if analysis.framework is not None:
-        return _framework(module, source, analysis, options)
-    if analysis.trainer_apis and analysis.existing_amp is None and options.opt_level != "O0":
-        return _trainer_apis(module, source, analysis, options)
-    if analysis.deprecated:
-        ctx = RuleContext(analysis.facts, options, "")
-        migrate_cuda_amp(ctx, analysis.deprecated)
-        return _then_rewrite(_apply(module, source, ctx), source, options)
-    if analysis.existing_amp is not None and not partial_amp:
-        return _lint(module, source, analysis, options)
-    if options.opt_level == "O0":
-        message = "opt level O0 is FP32 training: nothing to change"
-        return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)])
-    if not analysis.has_work:
-        findings = _locate(module, analysis.training.notes)
-        message = ("nothing amprewrite can rewrite safely; file left unchanged (see above)"
-                   if findings else
-                   "no training step or evaluation forward pass found; file left unchanged")
-        return RewriteResult(source, [*findings, Finding(NOTHING_TO_DO, 1, 1, message)])
-    if options.dtype is None and analysis.amp_in_training.dtype is not None:
-        options = replace(options, dtype=analysis.amp_in_training.dtype)  # the author's choice
-    ctx = plan_rewrite(analysis, options)
-    ctx.notes = [*analysis.training.notes, *analysis.hazards, *ctx.notes]
-    return _apply(module, source, ctx)
-
-
-def _lint(
-    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
-) -> RewriteResult:
-    """A file that already uses AMP: report its AMP mistakes and fix the fixable ones."""
-    found = lint(analysis.facts, analysis.kinds, amp_usage(analysis.facts), analysis.checkpoints)
-    ctx = RuleContext(analysis.facts, options, "", scaler_expr=found.scaler)
-    if found.scaler is not None:
-        scale_backwards(ctx, found.unscaled_backwards)
-        route_steps(ctx, found.bypassing_steps)
-        add_updates(ctx, found.missing_update_after)
-        unscale_before_use(ctx, found.missing_unscales)
-        if found.checkpoints is not None:
-            checkpoint_scaler(ctx, found.checkpoints)
-    ctx.notes = found.notes  # the mistakes, not the rules' own account of the fixes
+    recipe = choose(analysis, options)
+    ctx = recipe.context(analysis, options)
+    for rule in recipe.rules:
+        rule.plan(ctx, analysis)
+    if recipe.finish is not None:
+        recipe.finish(ctx, analysis)
     result = _apply(module, source, ctx)
-    if not result.changed:
-        message = f"file already uses mixed precision (`{analysis.existing_amp}`); left unchanged"
-        result.findings.append(Finding(ALREADY_MIXED_PRECISION, 1, 1, message))
+    if recipe.rewrites_result is not None and recipe.rewrites_result(options):
+        return _then_rewrite(result, source, ctx.next_options or options)
     return result
-
-
-def _revert(
-    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
-) -> RewriteResult:
-    usage = amp_usage(analysis.facts)
-    if not usage:
-        message = (f"file uses mixed precision (`{analysis.existing_amp}`) that amprewrite did "
-                   "not write; left unchanged")
-        return RewriteResult(source, [Finding(ALREADY_MIXED_PRECISION, 1, 1, message)])
-    ctx = RuleContext(analysis.facts, options, "")
-    revert_to_fp32(ctx, usage)
-    return _apply(module, source, ctx)
-
-
-def _migrate(
-    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
-) -> RewriteResult:
-    """Take apex.amp / Ray Train's AMP helpers out (plain FP32), then rewrite that at the
-    script's own opt level."""
-    ctx = RuleContext(analysis.facts, options, "")
-    native_options = remove_apex(ctx, analysis.apex) if analysis.apex else options
-    remove_ray_amp(ctx, analysis.ray)
-    fp32 = _apply(module, source, ctx)
-    if options.opt_level == "O0":
-        return fp32
-    return _then_rewrite(fp32, source, native_options)
 
 
 def _then_rewrite(first: RewriteResult, source: bytes, options: Options) -> RewriteResult:
@@ -191,45 +108,17 @@ def _line_map(new: bytes, old: bytes) -> Callable[[int], int]:
     return to_old
 
 
-def _framework(
-    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
-) -> RewriteResult:
-    """A framework owns precision: switch it on; add no autocast or scaler of our own."""
-    ctx = RuleContext(analysis.facts, options, "")
-    if options.opt_level == "O0":
-        switch_off_mixed_precision(ctx, analysis.switches)
-        return _apply(module, source, ctx)
-    switch_on_mixed_precision(ctx, analysis.switches)
-    if not analysis.switches:
-        ctx.notes.append(Note(FRAMEWORK_OWNS_PRECISION, module.body[0],
-                              f"{analysis.framework} owns the training "
-                              "step's precision; set it where the trainer is built"))
-    return _apply(module, source, ctx)
-
-
-def _trainer_apis(
-    module: cst.Module, source: bytes, analysis: ModuleAnalysis, options: Options
-) -> RewriteResult:
-    """Determined / Enchanter take a torch grad scaler and train on GPUs: plain torch.amp."""
-    torch = torch_name(analysis.facts)
-    ctx = RuleContext(analysis.facts, options, f'{torch or "torch"}.autocast("cuda")')
-    adopt_trainer_apis(ctx, analysis.trainer_apis, torch or "torch")
-    if torch is None:
-        ctx.plan.inserts.insert(0, Insert(module, analysis.facts.header_imports_end,
-                                          [ctx.parse_statement("import torch")]))
-    return _apply(module, source, ctx)
-
-
 def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:
     """Carry out the plan, render the result, and report the notes as findings."""
     if not ctx.plan:  # nothing to render: only the findings' positions are needed
-        return RewriteResult(source, _locate(module, ctx.notes))
+        return RewriteResult(source, [*_locate(module, ctx.notes), *ctx.file_findings])
     layout = locate(module, [note.node for note in ctx.notes])
     new_module = apply_edits(module, ctx.plan, ctx.facts.statements_around)
     new_source = render_module(new_module, module, layout, source)
     if new_source != source:
         _check_compiles(new_source)
-    return RewriteResult(new_source, _findings(layout, ctx.notes), new_source != source)
+    findings = [*_findings(layout, ctx.notes), *ctx.file_findings]
+    return RewriteResult(new_source, findings, new_source != source)
 
 
 def _check_decodes(source: bytes) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import libcst as cst
 
+from amprewrite.analysis.amp_usage import AmpUsage, amp_usage
 from amprewrite.analysis.apex_amp import ApexAmp, apex_amp
 from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
@@ -26,6 +28,7 @@ from amprewrite.analysis.function_regions import FunctionRegions, place_regions
 from amprewrite.analysis.gram_matrices import gram_matrices
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
 from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.lint import Lint, lint
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
 from amprewrite.analysis.ray_train import RayAmp, ray_amp
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
@@ -72,6 +75,21 @@ class ModuleAnalysis:
     def has_work(self) -> bool:
         return (self.training.found or bool(self.evaluation_regions.regions)
                 or bool(self.custom_functions))
+
+    @property
+    def partial_amp(self) -> bool:
+        """AMP covers evaluation only while training runs in FP32: the training is rewritten."""
+        return not self.amp_in_training.trains and self.training.found
+
+    @cached_property
+    def amp_usage(self) -> AmpUsage:
+        """The AMP amprewrite itself wrote (what O0 takes out again); computed on demand."""
+        return amp_usage(self.facts)
+
+    @cached_property
+    def amp_mistakes(self) -> Lint:
+        """The AMP mistakes of a module that already uses AMP; computed on demand."""
+        return lint(self.facts, self.kinds, self.amp_usage, self.checkpoints)
 
 
 def analyse(module: cst.Module) -> ModuleAnalysis:

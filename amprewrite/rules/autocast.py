@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.training_step import Note, Region
-from amprewrite.catalog import CHANGE, declare
+from amprewrite.catalog import CHANGE, Code, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Replace, Wrap
 
@@ -35,7 +34,16 @@ PRODUCER_WRAPPED = declare(
 )
 
 
-def wrap_regions(ctx: RuleContext, regions: list[Region], code: str, what: str) -> None:
+def decide_hoisted_losses(ctx: RuleContext, regions: list[Region]) -> None:
+    """Name the variable each loss computed inside `.backward()` is hoisted into: one fresh
+    name serves them all, each being used on the very next line only."""
+    hoists = [region.hoist.call for region in regions if region.hoist is not None]
+    if hoists:
+        name = ctx.names.fresh(("loss", "amp_loss"))
+        ctx.hoisted.update({id(call): name for call in hoists})
+
+
+def wrap_regions(ctx: RuleContext, regions: list[Region], code: Code, what: str) -> None:
     for region in regions:
         item = ctx.parse_expression(ctx.autocast_call)
         message = f"{what} wrapped in `with {ctx.autocast_call}:`"
@@ -53,9 +61,7 @@ def _hoist_loss(ctx: RuleContext, region: Region) -> cst.SimpleStatementLine:
     assert region.hoist is not None
     call = region.hoist.call
     assert isinstance(call.func, cst.Attribute)
-    # One fresh name serves every hoisted loss: each is used on the very next line only.
-    name = next(iter(ctx.hoisted.values()), None) or fresh_name(ctx.facts, ("loss", "amp_loss"))
-    ctx.hoisted[id(call)] = name
+    name = ctx.hoisted[id(call)]
     receiver = call.func.value.with_changes(lpar=[], rpar=[])
     line = cst.SimpleStatementLine(
         [cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=receiver)]

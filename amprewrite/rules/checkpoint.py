@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.checkpoints import Checkpoints, SavedState
@@ -9,7 +11,12 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.containers import insert_after, one_per_line
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 SCALER_STATE_SAVED = declare(
     "AMP120", CHANGE, "scaler state saved in the checkpoint",
@@ -120,3 +127,57 @@ def _quote_of(node: cst.BaseExpression) -> str:
     if isinstance(node, cst.SimpleString) and node.quote in ("'", '"'):
         return node.quote
     return '"'
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if ctx.scaler_home is not None:
+        checkpoint_scaler(ctx, analysis.checkpoints)
+
+
+_CHECKPOINT_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+checkpoint = torch.load("last.pt")
+optimizer.load_state_dict(checkpoint["optimizer"])
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+checkpoint = torch.load("last.pt")
+optimizer.load_state_dict(checkpoint["optimizer"])
+if "scaler" in checkpoint:
+    scaler.load_state_dict(checkpoint["scaler"])
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+torch.save({
+    "model": model.state_dict(),
+    "optimizer": optimizer.state_dict(),
+    "scaler": scaler.state_dict(),
+}, "last.pt")
+""",
+        codes=(SCALER_STATE_SAVED, SCALER_STATE_RESTORED),
+    ),
+)
+
+
+RULE = rule("checkpoint", (SCALER_STATE_SAVED, SCALER_STATE_RESTORED), _plan,
+            examples=_CHECKPOINT_EXAMPLES)

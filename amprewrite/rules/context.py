@@ -3,29 +3,69 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.training_step import Note
+from amprewrite.findings import Finding
 from amprewrite.options import Options
 from amprewrite.transform import Plan
+
+if TYPE_CHECKING:
+    from amprewrite.analysis.scaler_home import ScalerHome
+    from amprewrite.rules.styles import Style
+
+
+@dataclass
+class FreshNames:
+    """Hands out names the module does not use, each at most once per rewrite."""
+
+    taken: set[str]
+    given: set[str] = field(default_factory=set)
+
+    def fresh(self, candidates: tuple[str, ...]) -> str:
+        """The first free candidate, else the first with the lowest free suffix (`loss_2`)."""
+        for name in candidates:
+            if name not in self.taken and name not in self.given:
+                return self._give(name)
+        counter = 2
+        while f"{candidates[0]}_{counter}" in self.taken | self.given:
+            counter += 1
+        return self._give(f"{candidates[0]}_{counter}")
+
+    def _give(self, name: str) -> str:
+        self.given.add(name)
+        return name
 
 
 @dataclass
 class RuleContext:
-    """What the rules share while planning one module's rewrite."""
+    """What the rules share while planning one module's rewrite. The recipe fills in its
+    decisions (names, the scaler, the output style) before any rule runs; rules only add
+    edits and notes."""
 
     facts: ModuleFacts
     options: Options
     autocast_call: str  # e.g. `autocast()` or `torch.autocast(amp_device)`
     scaler_expr: str | None = None  # e.g. `scaler` / `self.scaler`; None: no loss scaling
+    scaler_home: ScalerHome | None = None  # where the scaler is created
+    style: Style | None = None  # how the rewrite spells AMP (its imports, constructors)
     plan: Plan = field(default_factory=Plan)
     notes: list[Note] = field(default_factory=list)
-    hoisted: dict[int, str] = field(default_factory=dict)  # id(backward call) -> loss variable
-    new_names: set[str] = field(default_factory=set)  # variables the rewrite introduces
+    file_findings: list[Finding] = field(default_factory=list)  # about the file, at 1:1
+    names: FreshNames = field(init=False)
+    # id(backward call whose receiver computes the loss) -> the variable it is hoisted into
+    hoisted: dict[int, str] = field(default_factory=dict)
     # id(optimizer step call) -> variable holding the scale before `update()` (plain style)
     scale_before_update: dict[int, str] = field(default_factory=dict)
+    # What a migration found the script asked for (apex's opt level and properties): the
+    # options its FP32 result is rewritten with; None: the user's.
+    next_options: Options | None = None
+
+    def __post_init__(self) -> None:
+        self.names = FreshNames(self.facts.names)
 
     def parse_statement(self, code: str) -> cst.SimpleStatementLine:
         statement = cst.parse_statement(code, config=self.facts.module.config_for_parsing)

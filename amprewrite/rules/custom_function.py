@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -10,7 +11,12 @@ from amprewrite.analysis.custom_functions import CustomFunction
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 FUNCTION_DECORATED = declare(
     "AMP150", CHANGE, "custom autograd Function decorated for autocast",
@@ -49,3 +55,53 @@ def _add_decorator(ctx: RuleContext, function: cst.FunctionDef, code: str) -> No
         return node.with_changes(decorators=[*node.decorators, decorator])
 
     ctx.plan.replaces.append(Replace(function, build))
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    decorators = ctx.style.decorators if ctx.style is not None else None
+    if decorators is not None and analysis.custom_functions:
+        decorate_custom_functions(ctx, analysis.custom_functions, decorators)
+
+
+_CUSTOM_FUNCTIONS_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+""",
+        after="""\
+import torch
+from amprewrite_runtime import custom_bwd, custom_fwd
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    @custom_fwd
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+""",
+        codes=(FUNCTION_DECORATED,),
+    ),
+)
+
+
+RULE = rule("custom-functions", (FUNCTION_DECORATED,), _plan,
+            examples=_CUSTOM_FUNCTIONS_EXAMPLES)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_float
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 DISTRIBUTION_ARGUMENTS_CAST = declare(
     "AMP113", CHANGE, "distribution arguments cast to float32 under autocast",
@@ -26,3 +33,49 @@ def float32_distributions(ctx: RuleContext, inputs: list[cst.BaseExpression]) ->
                               f"`{text}` cast to float32 for the distribution "
                               "built under autocast (its argument checks and log-probabilities "
                               "need float32)"))
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if not analysis.escapes.stuck:
+        float32_distributions(ctx, analysis.distribution_inputs)
+
+
+_DISTRIBUTIONS_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    probs = torch.softmax(model(x), dim=-1)
+    dist = torch.distributions.Categorical(probs=probs)
+    loss = -dist.log_prob(y).mean()
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        probs = torch.softmax(model(x), dim=-1)
+        dist = torch.distributions.Categorical(probs=probs.float())
+        loss = -dist.log_prob(y).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(DISTRIBUTION_ARGUMENTS_CAST,),
+    ),
+)
+
+
+RULE = rule("distributions", (DISTRIBUTION_ARGUMENTS_CAST,), _plan,
+            examples=_DISTRIBUTIONS_EXAMPLES)

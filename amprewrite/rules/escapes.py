@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from amprewrite.analysis.escapes import Escapes
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_float
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 CAST_AFTER_AUTOCAST = declare(
     "AMP112", CHANGE, "low-precision value cast back to float32 after autocast",
@@ -44,3 +51,48 @@ def cast_escapes(ctx: RuleContext, escapes: Escapes) -> None:
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    cast_escapes(ctx, analysis.escapes)
+
+
+_ESCAPES_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    out = model(x)
+    loss = torch.nn.functional.mse_loss(out, y)
+    loss.backward()
+    optimizer.step()
+    print(out.detach().numpy().mean())
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        out = model(x)
+        loss = torch.nn.functional.mse_loss(out, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    print(out.detach().float().numpy().mean())
+""",
+        codes=(CAST_AFTER_AUTOCAST,),
+    ),
+)
+
+
+RULE = rule("escapes", (CAST_AFTER_AUTOCAST, ESCAPE_NOT_CASTABLE), _plan,
+            examples=_ESCAPES_EXAMPLES)

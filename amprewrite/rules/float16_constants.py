@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from amprewrite.analysis.float16_constants import FILL_NOT_FITTED, Float16Constants
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.imports import torch_name
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 FILL_FITTED = declare(
     "AMP141", CHANGE, "fill value float16 cannot hold replaced by the dtype's limit",
@@ -40,3 +47,49 @@ def fit_fills_to_dtype(ctx: RuleContext, found: Float16Constants) -> None:
         ctx.notes.append(Note(FILL_FITTED, fill.value, f"`{old}` does not fit float16 (largest "
                               f"65504) and this tensor {where} under autocast: filled with "
                               f"`{new}` instead"))
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if not analysis.escapes.stuck:
+        fit_fills_to_dtype(ctx, analysis.float16_constants)
+
+
+_FLOAT16_CONSTANTS_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    scores = model(x)
+    scores = scores.masked_fill(y == 0, -1e9)
+    loss = scores.logsumexp(-1).mean()
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        scores = model(x)
+        scores = scores.masked_fill(y == 0, torch.finfo(scores.dtype).min)
+        loss = scores.logsumexp(-1).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(FILL_FITTED,),
+    ),
+)
+
+
+RULE = rule("float16-constants", (FILL_FITTED, FILL_NOT_FITTED), _plan,
+            examples=_FLOAT16_CONSTANTS_EXAMPLES)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.frameworks import PrecisionSwitch
@@ -10,8 +12,12 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, NOTE, SKIP, declare
 from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.rules.revert import MIXED_PRECISION_REMOVED
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
 
 FRAMEWORK_SWITCHED_ON = declare(
     "AMP420", CHANGE, "framework mixed precision switched on",
@@ -82,3 +88,49 @@ def _with_argument(argument: cst.Arg):  # type: ignore[no-untyped-def]
         return node.with_changes(args=[argument])
 
     return build
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    """A framework owns precision: switch it (add no autocast or scaler of our own)."""
+    if ctx.options.opt_level == "O0":
+        switch_off_mixed_precision(ctx, analysis.switches)
+        return
+    switch_on_mixed_precision(ctx, analysis.switches)
+    if not analysis.switches:
+        ctx.notes.append(Note(FRAMEWORK_OWNS_PRECISION, ctx.facts.module.body[0],
+                              f"{analysis.framework} owns the training step's precision; set it "
+                              "where the trainer is built"))
+
+
+_FRAMEWORK_SWITCH_EXAMPLES = (
+    Example(
+        before="""\
+from accelerate import Accelerator
+
+accelerator = Accelerator()
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+""",
+        after="""\
+from accelerate import Accelerator
+
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+""",
+        codes=(FRAMEWORK_SWITCHED_ON,),
+    ),
+)
+
+
+RULE = rule("framework-switch", (FRAMEWORK_SWITCHED_ON, FRAMEWORK_PRECISION_SET,
+                                 FRAMEWORK_OWNS_PRECISION, MIXED_PRECISION_REMOVED), _plan,
+            examples=_FRAMEWORK_SWITCH_EXAMPLES)

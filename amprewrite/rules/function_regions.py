@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from amprewrite.analysis.function_regions import FunctionRegions
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_float
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 CAST_WHERE_LEAVING_AUTOCAST = declare(
     "AMP109", CHANGE, "low-precision value cast to float32 where it leaves autocast",
@@ -24,3 +31,65 @@ def float32_arguments(ctx: RuleContext, placed: FunctionRegions) -> None:
         ctx.notes.append(Note(CAST_WHERE_LEAVING_AUTOCAST, value,
                               f"`{text}` leaves autocast here: cast to float32 "
                               "for code that needs it"))
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if not analysis.escapes.stuck:
+        float32_arguments(ctx, analysis.function_regions)
+
+
+_FLOAT32_ARGUMENTS_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+generator = torch.nn.Linear(2, 4)
+critic = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(generator.parameters(), lr=0.1)
+
+
+def attack(model, x):
+    x = x.detach().requires_grad_(True)
+    model(x).sum().backward()
+    return x + 0.1 * x.grad.sign()
+
+
+for z in loader:
+    optimizer.zero_grad()
+    fake = generator(z)
+    loss = critic(attack(critic, fake)).mean() + critic(fake).mean()
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+generator = torch.nn.Linear(2, 4)
+critic = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(generator.parameters(), lr=0.1)
+scaler = GradScaler()
+
+
+def attack(model, x):
+    x = x.detach().requires_grad_(True)
+    model(x).sum().backward()
+    return x + 0.1 * x.grad.sign()
+
+
+for z in loader:
+    optimizer.zero_grad()
+    with autocast():
+        fake = generator(z)
+    loss = critic(attack(critic, fake.float()).float()).mean() + critic(fake.float()).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(CAST_WHERE_LEAVING_AUTOCAST,),
+    ),
+)
+
+
+RULE = rule("float32-arguments", (CAST_WHERE_LEAVING_AUTOCAST,), _plan,
+            examples=_FLOAT32_ARGUMENTS_EXAMPLES)

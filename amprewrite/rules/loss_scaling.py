@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite
@@ -9,7 +11,12 @@ from amprewrite.analysis.scaler_protocol import UpdatePoint
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, InsertAfterSmall, Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 BACKWARD_SCALED = declare(
     "AMP102", CHANGE, "backward pass scaled",
@@ -115,3 +122,49 @@ def add_updates_at(ctx: RuleContext, points: list[UpdatePoint]) -> None:
 
 def _code(ctx: RuleContext, node: cst.CSTNode) -> str:
     return " ".join(ctx.facts.module.code_for_node(node).split())
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if ctx.scaler_home is None:
+        return
+    scale_backwards(ctx, analysis.training.backwards)
+    route_steps(ctx, analysis.training.steps)
+    add_updates(ctx, analysis.training.updates_after)
+    add_updates_at(ctx, analysis.training.updates_at)
+
+
+_LOSS_SCALING_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(BACKWARD_SCALED, STEP_ROUTED, UPDATE_ADDED),
+    ),
+)
+
+
+RULE = rule("loss-scaling", (BACKWARD_SCALED, STEP_ROUTED, UPDATE_ADDED), _plan,
+            examples=_LOSS_SCALING_EXAMPLES)

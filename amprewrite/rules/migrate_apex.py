@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -15,7 +16,12 @@ from amprewrite.options import OPT_LEVELS, Options
 from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_receiver
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 APEX_FEATURE_DROPPED = declare(
     "AMP402", SKIP, "apex.amp feature without a native equivalent",
@@ -142,3 +148,49 @@ class _Substitute(cst.CSTTransformer):
 
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         return self.value if original_node.value == self.name else updated_node
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if analysis.apex:
+        ctx.next_options = remove_apex(ctx, analysis.apex)
+
+
+_MIGRATE_APEX_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+from apex import amp
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(APEX_INITIALIZE_MIGRATED, APEX_SCALE_LOSS_MIGRATED),
+    ),
+)
+
+
+RULE = rule("migrate-apex", (APEX_INITIALIZE_MIGRATED, APEX_SCALE_LOSS_MIGRATED,
+                             APEX_STATE_MIGRATED, APEX_FEATURE_DROPPED), _plan,
+            examples=_MIGRATE_APEX_EXAMPLES)

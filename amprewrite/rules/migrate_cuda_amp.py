@@ -3,6 +3,8 @@ device type spelled out and every argument kept."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.deprecated_amp import DEPRECATED, DeprecatedAmp, DeprecatedUse
@@ -10,7 +12,12 @@ from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 CUDA_AMP_MIGRATED = declare(
     "AMP401", CHANGE, "deprecated `torch.cuda.amp` / `torch.cpu.amp` migrated",
@@ -94,3 +101,46 @@ def _commas(args: list[cst.Arg]) -> list[cst.Arg]:
             arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         out.append(arg)
     return out
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    migrate_cuda_amp(ctx, analysis.deprecated)
+
+
+_MIGRATE_TORCH_CUDA_AMP_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.cuda.amp.autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        after="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.amp.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(CUDA_AMP_MIGRATED,),
+    ),
+)
+
+
+RULE = rule("migrate-torch-cuda-amp", (CUDA_AMP_MIGRATED,), _plan,
+            examples=_MIGRATE_TORCH_CUDA_AMP_EXAMPLES)

@@ -3,6 +3,8 @@ rewrite then turns into explicit native AMP (`prepare_model` and `prepare_data_l
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.names import dotted
@@ -11,7 +13,12 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_receiver
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 RAY_AMP_MIGRATED = declare(
     "AMP430", CHANGE, "Ray Train's deprecated AMP helpers migrated",
@@ -58,3 +65,52 @@ def _tensor_backward(node: cst.CSTNode) -> cst.CSTNode:
     loss = node.args[0].value
     loss = as_receiver(loss)
     return cst.Call(func=cst.Attribute(loss, cst.Name("backward")), args=node.args[1:])
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    remove_ray_amp(ctx, analysis.ray)
+
+
+_MIGRATE_RAY_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+from ray import train
+
+
+def train_func(config):
+    train.torch.accelerate(amp=True)
+    model = train.torch.prepare_model(NeuralNetwork())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    optimizer = train.torch.prepare_optimizer(optimizer)
+    for images, targets in data_loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(images), targets)
+        train.torch.backward(loss)
+        optimizer.step()
+""",
+        after="""\
+import torch
+from ray import train
+from amprewrite_runtime import GradScaler, autocast
+
+
+def train_func(config):
+    model = train.torch.prepare_model(NeuralNetwork())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    scaler = GradScaler()
+    for images, targets in data_loader:
+        optimizer.zero_grad()
+        with autocast():
+            loss = torch.nn.functional.cross_entropy(model(images), targets)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        codes=(RAY_AMP_MIGRATED,),
+    ),
+)
+
+
+RULE = rule("migrate-ray", (RAY_AMP_MIGRATED,), _plan,
+            examples=_MIGRATE_RAY_EXAMPLES)

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.optimizer_builds import OptimizerBuild
 from amprewrite.analysis.scaler_home import ScalerHome
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unscaling import Clip
 from amprewrite.catalog import CHANGE, SKIP, declare
+from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 MODEL_INITIALIZED = declare(
     "AMP160", CHANGE, "model initialized for the opt level",
@@ -72,3 +80,54 @@ def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
         ctx.notes.append(Note(CLIPPING_ON_MASTER_WEIGHTS, call,
                               "clipping applies to the float32 master weights "
                               f"the optimizer steps (`{masters_code}`)"))
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if ctx.scaler_home is None:
+        return
+    builds = analysis.optimizer_builds if ctx.options.casts_model else []
+    initialize_models(ctx, builds, analysis.kinds, ctx.scaler_home)
+    if ctx.options.casts_model and ctx.options.uses_master_weights:
+        clip_master_weights(ctx, analysis.training.clips)
+
+
+_MODEL_CASTING_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler("O2")
+scaler.initialize(model, optimizer)
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(scaler.master_params(optimizer), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(MODEL_INITIALIZED, CLIPPING_ON_MASTER_WEIGHTS), options=Options(opt_level="O2"),
+    ),
+)
+
+
+RULE = rule("model-casting",
+            (MODEL_INITIALIZED, MODEL_NOT_INITIALIZED, CLIPPING_ON_MASTER_WEIGHTS), _plan,
+            examples=_MODEL_CASTING_EXAMPLES)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.entry_point import EntryPoint
 from amprewrite.analysis.facts import CallSite
-from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
+from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 REPRODUCIBILITY_ENABLED = declare(
     "AMP501", CHANGE, "reproducibility enabled at the entry point",
@@ -33,7 +40,7 @@ LOADER_SEEDED = declare(
 def seed_everything(
     ctx: RuleContext, entry: EntryPoint, loaders: list[CallSite], function_name: str
 ) -> None:
-    name = fresh_name(ctx.facts, ("seeding", "reproducibility"))
+    name = ctx.names.fresh(("seeding", "reproducibility"))
     code = f"{name} = {function_name}({ctx.options.seed})"
     ctx.plan.inserts.append(Insert(entry.block, entry.index, [ctx.parse_statement(code)]))
     anchor = entry.block.body[min(entry.index, len(entry.block.body) - 1)]
@@ -82,3 +89,68 @@ def _with_arguments(extra: list[cst.Arg]):  # type: ignore[no-untyped-def]
         return node.with_changes(args=[*args, *added])
 
     return build
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if ctx.options.reproducible and ctx.style is not None:
+        seed_everything(ctx, analysis.entry, analysis.loaders, ctx.style.seeding)
+
+
+_REPRODUCIBILITY_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def main():
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        shuffle=True)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast, enable_reproducibility
+
+scaler = GradScaler()
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def main():
+    seeding = enable_reproducibility(0)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        shuffle=True, generator=seeding.generator, worker_init_fn=seeding.worker_init_fn)
+    for x, y in loader:
+        optimizer.zero_grad()
+        with autocast():
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+
+if __name__ == "__main__":
+    main()
+""",
+        codes=(REPRODUCIBILITY_ENABLED, LOADER_SEEDED), options=Options(reproducible=True),
+    ),
+)
+
+
+RULE = rule("reproducibility",
+            (REPRODUCIBILITY_ENABLED, LOADER_OUTSIDE_ENTRY, LOADER_SEEDED), _plan,
+            examples=_REPRODUCIBILITY_EXAMPLES)

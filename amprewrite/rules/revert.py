@@ -6,15 +6,23 @@ unsafe loss stay: both are correct FP32 code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
+from amprewrite.findings import ALREADY_MIXED_PRECISION, Finding
+from amprewrite.options import Options
 from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_receiver
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
 
 MIXED_PRECISION_REMOVED = declare(
     "AMP170", CHANGE, "mixed precision removed (O0)",
@@ -67,3 +75,49 @@ def _plain_call(node: cst.CSTNode) -> cst.CSTNode:
 
 def _call_by_id(ctx: RuleContext, call_id: int) -> cst.Call:
     return next(site.call for site in ctx.facts.calls if id(site.call) == call_id)
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if analysis.amp_usage:
+        revert_to_fp32(ctx, analysis.amp_usage)
+    else:
+        ctx.file_findings.append(Finding(
+            ALREADY_MIXED_PRECISION, 1, 1, f"file uses mixed precision (`{analysis.existing_amp}`) "
+            "that amprewrite did not write; left unchanged"))
+
+
+_REVERT_TO_FP32_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        after="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        codes=(MIXED_PRECISION_REMOVED,), options=Options(opt_level="O0"),
+    ),
+)
+
+
+RULE = rule("revert-to-fp32", (MIXED_PRECISION_REMOVED, ALREADY_MIXED_PRECISION), _plan,
+            examples=_REVERT_TO_FP32_EXAMPLES)

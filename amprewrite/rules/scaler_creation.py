@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from amprewrite.analysis.scaler_home import ScalerHome
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
+from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 SCALER_CREATED = declare(
     "AMP100", CHANGE, "grad scaler created",
@@ -34,3 +42,49 @@ def create_scaler(
         return code
     ctx.plan.inserts.append(Insert(home.block, home.index, [ctx.parse_statement(code)]))
     return None
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if ctx.scaler_home is not None and ctx.style is not None:
+        code = create_scaler(ctx, ctx.scaler_home, ctx.style.scaler,
+                             ctx.facts.header_imports_end)
+        if code is not None:
+            ctx.style.definitions.append(code)
+
+
+_SCALER_CREATION_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+
+amp_device = "cuda" if torch.cuda.is_available() else "cpu"
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler(amp_device, enabled=amp_device == "cuda")
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast(amp_device):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(SCALER_CREATED,), options=Options(plain=True),
+    ),
+)
+
+
+RULE = rule("scaler-creation", (SCALER_CREATED,), _plan,
+            examples=_SCALER_CREATION_EXAMPLES)

@@ -3,17 +3,23 @@ and autocast their forward passes, the way their documentation prescribes."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite
-from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.trainer_apis import TrainerApis, TrainerClass
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.autocast import EVALUATION_WRAPPED, FORWARD_WRAPPED, wrap_regions
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.imports import torch_name
 from amprewrite.rules.loss_scaling import UPDATE_ADDED
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
 
 TRAINER_SCALER_ADDED = declare(
     "AMP440", CHANGE, "trainer API given a grad scaler",
@@ -30,7 +36,7 @@ TRAINER_WITHOUT_INIT = declare(
 
 def adopt_trainer_apis(ctx: RuleContext, apis: TrainerApis, torch: str) -> None:
     """`ctx.autocast_call` is `torch.autocast("cuda")` (these APIs train on GPUs)."""
-    name = fresh_name(ctx.facts, ("scaler", "grad_scaler", "amp_scaler"))
+    name = ctx.names.fresh(("scaler", "grad_scaler", "amp_scaler"))
     for trainer in apis.classes:
         _adopt_class(ctx, trainer, f"self.{name}", torch)
     for runner in apis.runners:
@@ -94,3 +100,42 @@ def _update_after(ctx: RuleContext, step: CallSite, scaler: str) -> None:
 def _calls_super_init(statement: cst.CSTNode) -> bool:
     code = cst.Module([]).code_for_node(statement)
     return "super(" in code and "__init__(" in code
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    torch = torch_name(ctx.facts)
+    adopt_trainer_apis(ctx, analysis.trainer_apis, torch or "torch")
+    if torch is None:
+        ctx.plan.inserts.insert(0, Insert(ctx.facts.module, ctx.facts.header_imports_end,
+                                          [ctx.parse_statement("import torch")]))
+
+
+_TRAINER_APIS_EXAMPLES = (
+    Example(
+        before="""\
+from enchanter.wrappers import ClassificationRunner
+
+
+def run(net, optimizer, criterion, experiment, train_loader):
+    runner = ClassificationRunner(net, optimizer, criterion, experiment)
+    runner.add_loader("train", train_loader)
+    runner.run()
+""",
+        after="""\
+from enchanter.wrappers import ClassificationRunner
+import torch
+
+
+def run(net, optimizer, criterion, experiment, train_loader):
+    runner = ClassificationRunner(net, optimizer, criterion, experiment)
+    runner.scaler = torch.amp.GradScaler()
+    runner.add_loader("train", train_loader)
+    runner.run()
+""",
+        codes=(TRAINER_SCALER_ADDED,),
+    ),
+)
+
+
+RULE = rule("trainer-apis", (TRAINER_SCALER_ADDED, TRAINER_WITHOUT_INIT), _plan,
+            examples=_TRAINER_APIS_EXAMPLES)

@@ -4,12 +4,12 @@ written inline in the loss's input stays under autocast, on a line of its own.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from amprewrite.analysis.facts import Block
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys
-from amprewrite.analysis.scaler_home import fresh_name
 from amprewrite.analysis.sigmoid_outputs import SaturatingInput
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unsafe_losses import UnsafeLoss
@@ -17,7 +17,12 @@ from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.autocast import FORWARD_WRAPPED
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.expressions import as_float
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace, Wrap
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 BCE_MOVED_OUT = declare(
     "AMP130", CHANGE, "binary cross-entropy moved out of autocast",
@@ -126,13 +131,7 @@ def _fresh(ctx: RuleContext, forward: cst.BaseExpression) -> str:
     """`disc(fake)` -> `disc_out` (`disc_out_2`, ... when taken, in the file or this plan)."""
     model = next((dotted(node.func) for node in _calls(forward) if dotted(node.func)), None)
     base = f"{(model or 'model').rsplit('.', 1)[-1]}_out"
-    name = fresh_name(ctx.facts, (base,))
-    counter = 2
-    while name in ctx.new_names:
-        name = f"{base}_{counter}"
-        counter += 1
-    ctx.new_names.add(name)
-    return name
+    return ctx.names.fresh((base,))
 
 
 def _calls(node: cst.CSTNode) -> list[cst.Call]:
@@ -146,3 +145,67 @@ def _calls(node: cst.CSTNode) -> list[cst.Call]:
             node = node.value
         else:
             return found[::-1]
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    report_saturation(ctx, analysis.saturating)
+
+
+_SIGMOID_SATURATION_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x))
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = torch.nn.BCELoss()
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x).float())
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+criterion = torch.nn.BCELoss()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        model_out = model(x)
+    loss = criterion(model_out.float(), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(SIGMOID_INPUT_CAST,),
+    ),
+)
+
+
+RULE = rule("sigmoid-saturation", (SIGMOID_FEEDS_BCE, SIGMOID_INPUT_CAST), _plan,
+            examples=_SIGMOID_SATURATION_EXAMPLES)

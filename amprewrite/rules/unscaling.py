@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from amprewrite.analysis.facts import Statement
@@ -9,7 +11,12 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unscaling import Unscale
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+
 
 GRADIENTS_UNSCALED = declare(
     "AMP110", CHANGE, "gradients unscaled before clipping or reading them",
@@ -36,3 +43,48 @@ def unscale_before_use(ctx: RuleContext, points: list[Unscale]) -> None:
         ctx.plan.inserts.append(Insert(block, index, [line]))
         ctx.notes.append(Note(GRADIENTS_UNSCALED, point.statement,
                               f"`{code}` added before {point.reason}, so it sees true gradients"))
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    if ctx.scaler_home is not None:
+        unscale_before_use(ctx, analysis.training.unscales)
+
+
+_UNSCALING_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(GRADIENTS_UNSCALED,),
+    ),
+)
+
+
+RULE = rule("unscaling", (GRADIENTS_UNSCALED,), _plan,
+            examples=_UNSCALING_EXAMPLES)

@@ -1,0 +1,37 @@
+"""Recipes for code whose framework owns precision (Accelerate, Lightning) or whose trainer
+API takes a torch grad scaler (Determined, Enchanter)."""
+
+from __future__ import annotations
+
+from amprewrite.analysis import ModuleAnalysis
+from amprewrite.options import Options
+from amprewrite.recipes import Recipe, plain_context
+from amprewrite.rules import autocast, framework_switch, trainer_apis
+from amprewrite.rules.context import RuleContext
+from amprewrite.rules.imports import torch_name
+
+FRAMEWORK_SWITCH = Recipe(
+    name="framework-switch",
+    applies=lambda analysis, options: analysis.framework is not None,
+    context=plain_context,
+    rules=(framework_switch.RULE,),
+)
+
+
+def _trainer_context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
+    """These APIs train on GPUs: plain `torch.autocast("cuda")`."""
+    torch = torch_name(analysis.facts) or "torch"
+    ctx = RuleContext(analysis.facts, options, f'{torch}.autocast("cuda")')
+    autocast.decide_hoisted_losses(ctx, [region for trainer in analysis.trainer_apis.classes
+                                         for region in [*trainer.regions, *trainer.eval_regions]])
+    return ctx
+
+
+TRAINER_APIS = Recipe(
+    name="trainer-apis",
+    applies=lambda analysis, options: (bool(analysis.trainer_apis)
+                                       and analysis.existing_amp is None
+                                       and options.opt_level != "O0"),
+    context=_trainer_context,
+    rules=(trainer_apis.RULE,),
+)

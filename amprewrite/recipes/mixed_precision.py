@@ -1,0 +1,129 @@
+"""The mixed-precision recipe for O1-O3: which rules run, in which output style.
+
+O1 is autocast around forward passes and losses with dynamic loss scaling. O2/O3 add
+`scaler.initialize(model, optimizer)` after each optimizer is built (the runtime casts the
+model, and keeps master weights at O2); their autocast regions stay in the script, inactive
+unless `AMPREWRITE_OPT_LEVEL=O1` switches the same script to O1.
+
+Every decision two rules share is made here, before any rule runs: the output style, where
+the one scaler lives and what it is called, the variable a loss computed inside `.backward()`
+is hoisted into, and the variable holding the scale a plain-style scheduler guard compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import libcst as cst
+
+from amprewrite.analysis import ModuleAnalysis
+from amprewrite.analysis.names import receiver_key
+from amprewrite.analysis.scaler_home import find_scaler_home
+from amprewrite.options import Options
+from amprewrite.recipes import Recipe
+from amprewrite.rules import (
+    autocast,
+    checkpoint,
+    custom_function,
+    distributions,
+    escapes,
+    float16_constants,
+    function_regions,
+    loss_scaling,
+    model_casting,
+    regions,
+    reproducibility,
+    scaler_creation,
+    scheduler,
+    sites_left_alone,
+    unsafe_loss,
+    unscaling,
+)
+from amprewrite.rules.context import RuleContext
+from amprewrite.rules.styles import Needs, plain_style, runtime_style
+from amprewrite.transform import Insert
+
+
+def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
+    if options.dtype is None and analysis.amp_in_training.dtype is not None:
+        options = replace(options, dtype=analysis.amp_in_training.dtype)  # the author's choice
+    facts, training = analysis.facts, analysis.training
+    needs = Needs(
+        scaler=training.found and not (options.plain and options.dtype == "bfloat16"),
+        autocast=any(split.autocasts for split in regions.splits(analysis))
+        and not analysis.escapes.stuck,
+        custom_functions=bool(analysis.custom_functions),
+        sharded=analysis.sharded,
+        reproducible=options.reproducible,
+    )
+    style = (plain_style if options.plain else runtime_style)(facts, options, needs)
+    ctx = RuleContext(facts, options, style.autocast, style=style)
+    if not analysis.escapes.stuck:
+        autocast.decide_hoisted_losses(ctx, [r for s in regions.splits(analysis)
+                                             for r in s.regions])
+    if needs.scaler:
+        _decide_scaler(ctx, analysis)
+    return ctx
+
+
+def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    training, checkpoints, options = analysis.training, analysis.checkpoints, ctx.options
+    builds = analysis.optimizer_builds if options.casts_model else []
+    uses = [*training.backwards, *training.steps, *(b.binding for b in builds),
+            *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
+    optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
+    home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis, options))
+    ctx.scaler_home = home
+    ctx.scaler_expr = home.expression
+    ctx.names.given.add(home.expression)
+    if options.plain:
+        scheduler.decide_scale_variables(ctx, analysis.schedulers)
+
+
+def _global_index(analysis: ModuleAnalysis, options: Options) -> int:
+    """Where a module-global scaler goes: after the imports, unless its arguments come from
+    the script (`GradScaler(args.opt_level)` after an apex migration): then right after the
+    module-level optimizer build, where those names exist."""
+    facts = analysis.facts
+    if options.scaler_arguments:
+        module_level = [facts.position(b.binding.statement)[1] for b in analysis.optimizer_builds
+                        if b.binding.function is None
+                        and facts.statements[b.binding.statement].parent is None]
+        if module_level:
+            return max(module_level) + 1
+    return facts.header_imports_end
+
+
+def _header(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    """The style's imports and module-level definitions, first among the inserts at their
+    index (before any statement that index precedes)."""
+    header = [ctx.parse_statement(code) for code in ctx.style.imports]
+    for position, code in enumerate(ctx.style.definitions):
+        line = ctx.parse_statement(code)
+        header.append(line.with_changes(leading_lines=[cst.EmptyLine()]) if position == 0 else line)
+    ctx.plan.inserts.insert(0, Insert(ctx.facts.module, ctx.facts.header_imports_end, header))
+
+
+MIXED_PRECISION = Recipe(
+    name="mixed-precision",
+    applies=lambda analysis, options: True,
+    context=_context,
+    rules=(
+        sites_left_alone.RULE,
+        regions.RULE,
+        function_regions.RULE,
+        float16_constants.RULE,
+        distributions.RULE,
+        escapes.RULE,
+        unsafe_loss.RULE,
+        custom_function.RULE,
+        scaler_creation.RULE,
+        model_casting.RULE,
+        loss_scaling.RULE,
+        scheduler.RULE,
+        unscaling.RULE,
+        checkpoint.RULE,
+        reproducibility.RULE,
+    ),
+    finish=_header,
+)

@@ -1,0 +1,61 @@
+"""Rules as data: each rule module declares its `Rule` (name, codes, plan, examples), which
+registers it by import; recipes (`amprewrite.recipes`) name the rules they run, in order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from amprewrite.catalog import Code
+from amprewrite.options import Options
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+    from amprewrite.rules.context import RuleContext
+
+
+@dataclass(frozen=True)
+class Example:
+    """A small script before and after the rewrite (None: left as it is), with the codes of
+    the rule its findings must include. Examples are the rule's tests and its docs."""
+
+    before: str
+    after: str | None
+    codes: tuple[Code, ...]
+    options: Options = field(default_factory=Options)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rewrite concern: the codes it emits and how it plans its edits."""
+
+    name: str
+    codes: tuple[Code, ...]
+    plan: Callable[[RuleContext, ModuleAnalysis], None]
+    examples: tuple[Example, ...] = ()
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(
+    name: str,
+    codes: tuple[Code, ...],
+    plan: Callable[[RuleContext, ModuleAnalysis], None],
+    examples: tuple[Example, ...] = (),
+) -> Rule:
+    """Declare and register a rule; a name registered twice is a programming error."""
+    if name in RULES:
+        raise ValueError(f"rule {name!r} registered twice")
+    declared = Rule(name, codes, plan, examples)
+    RULES[name] = declared
+    return declared
+
+
+def all_rules() -> dict[str, Rule]:
+    """Every rule, after importing every rule module."""
+    from amprewrite.catalog import codes
+
+    codes()  # imports every module of amprewrite.rules (and the analysis)
+    return dict(RULES)

@@ -1,0 +1,64 @@
+"""Report what the analysis saw and leaves alone: training sites it cannot pair or scale,
+and risky code (manual casts, unscaled `torch.autograd.grad`, Gram matrices, ...)."""
+
+from __future__ import annotations
+
+from amprewrite.analysis import ModuleAnalysis
+from amprewrite.analysis.apex_amp import APEX_IMPORT_UNUSED
+from amprewrite.analysis.existing_amp import EVALUATION_ONLY_AUTOCAST
+from amprewrite.analysis.gram_matrices import GRAM_MATRIX
+from amprewrite.analysis.hazards import AUTOGRAD_GRAD, MANUAL_CAST
+from amprewrite.analysis.scaler_protocol import GRADIENTS_WITHOUT_OPTIMIZER, PROTOCOL_NOT_KEPT
+from amprewrite.analysis.training_step import (
+    AUTOGRAD_BACKWARD,
+    BACKWARD_IN_CLOSURE,
+    BACKWARD_WITH_ARGUMENT,
+    BACKWARD_WITHOUT_STEP,
+    CLOSURE_STEP,
+    LOSS_COMPUTED_ELSEWHERE,
+    OPTIMIZER_BOUND_ON_SOME_PATHS,
+    STEP_WITHOUT_BACKWARD,
+    UNKNOWN_STEP_RECEIVER,
+)
+from amprewrite.rules.context import RuleContext
+from amprewrite.rules.registry import Example, rule
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    ctx.notes.extend([*analysis.training.notes, *analysis.hazards])
+
+
+_SITES_LEFT_ALONE_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.LBFGS(model.parameters())
+x, y = torch.randn(8, 4), torch.randn(8, 2)
+
+
+def closure():
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+
+
+optimizer.step(closure)
+""",
+        after=None,
+        codes=(CLOSURE_STEP, BACKWARD_IN_CLOSURE),
+    ),
+)
+
+
+RULE = rule(
+    "sites-left-alone",
+    (CLOSURE_STEP, BACKWARD_WITHOUT_STEP, UNKNOWN_STEP_RECEIVER, LOSS_COMPUTED_ELSEWHERE,
+     BACKWARD_IN_CLOSURE, STEP_WITHOUT_BACKWARD, AUTOGRAD_BACKWARD, BACKWARD_WITH_ARGUMENT,
+     OPTIMIZER_BOUND_ON_SOME_PATHS, PROTOCOL_NOT_KEPT, GRADIENTS_WITHOUT_OPTIMIZER, MANUAL_CAST,
+     AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST, APEX_IMPORT_UNUSED, GRAM_MATRIX),
+    _plan,
+    examples=_SITES_LEFT_ALONE_EXAMPLES,
+)
