@@ -64,26 +64,40 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
     if not _MAY_TRAIN.search(source):  # most files of a repository: no need to parse them
         message = "no torch, backward or training framework in this file; skipped"
         return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)])
-    module = _parse(source)
-    analysis = analyse(module)
+    return _run(_parse(source), source, options, None)
+
+
+def _run(
+    module: cst.Module, source: bytes, options: Options, carried: tuple[str, ...] | None
+) -> RewriteResult:
+    """Analyse `module` (parsed from, or rendered as, `source`), run the recipe that applies,
+    and carry out its plan; `carried` is the scaler arguments a migration found."""
+    analysis = analyse(module, scaler_arguments=carried)
     recipe = choose(analysis, options)
     ctx = recipe.context(analysis, options)
     for rule in recipe.rules:
         rule.plan(ctx, analysis)
     if recipe.finish is not None:
         recipe.finish(ctx, analysis)
-    result = _apply(module, source, ctx)
     if recipe.rewrites_result is not None and recipe.rewrites_result(options):
-        return _then_rewrite(result, source, ctx.next_options or options)
-    return result
+        return _then_rewrite(module, source, ctx, options)
+    return _apply(module, source, ctx)
 
 
-def _then_rewrite(first: RewriteResult, source: bytes, options: Options) -> RewriteResult:
-    """Rewrite `first`'s output again (a migration, then the rewrite or the lint of what it
-    gave), with every finding on a line of the original `source`."""
-    second = rewrite_source(first.source, options)
-    to_original = _line_map(first.source, source)
-    findings = first.findings + [
+def _then_rewrite(
+    module: cst.Module, source: bytes, ctx: RuleContext, options: Options
+) -> RewriteResult:
+    """A migration's plan carried out on the tree, whose result the rewrite (or the lint)
+    then analyses as it is, without parsing its text again; every finding on a line of the
+    original `source`."""
+    layout = locate(module, [note.node for note in ctx.notes])
+    migrated = apply_edits(module, ctx.plan, ctx.facts.statements_around)
+    text = render_module(migrated, module, layout, source)
+    second = _run(migrated, text, ctx.next_options or options, ctx.scaler_arguments)
+    if second.source != source:
+        _check_compiles(second.source)
+    to_original = _line_map(text, source)
+    findings = [*_findings(layout, ctx.notes), *ctx.file_findings] + [
         Finding(f.code, to_original(f.line), f.col, f.message)
         for f in second.findings if f.code not in (NOTHING_TO_DO, ALREADY_MIXED_PRECISION)
     ]

@@ -18,9 +18,6 @@ class Options:
     keep_batchnorm_fp32: bool | None = None  # None: the opt level's default
     master_weights: bool | None = None
     loss_scale: str | None = None  # "dynamic" or a number, as typed
-    # The scaler's arguments as source text, when a migration keeps the script's own (apex's
-    # `opt_level=args.opt_level`); None: built from the fields above.
-    scaler_arguments: tuple[str, ...] | None = None
     reproducible: bool = False  # seed everything at the entry point, seed training loaders
     seed: int = 0
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 import libcst as cst
@@ -34,42 +33,172 @@ from amprewrite.analysis.ray_train import RayAmp, ray_amp
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
 from amprewrite.analysis.sigmoid_outputs import SaturatingInput, saturating_inputs
 from amprewrite.analysis.trainer_apis import TrainerApis, trainer_apis
-from amprewrite.analysis.training_step import Note, TrainingSteps, analyse_training
+from amprewrite.analysis.training_step import Note, Region, TrainingSteps, analyse_training
 from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses, unsafe_helpers
 
 
-@dataclass
 class ModuleAnalysis:
-    """Every fact the rules need about one module, from one analysis."""
+    """Every fact the rules need about one module. Each is computed on first use, so a recipe
+    pays only for the facts it reads (a migration needs no training step analysis)."""
 
-    facts: ModuleFacts
-    kinds: KindTable
-    existing_amp: str | None  # the AMP API the module already uses, if any
-    amp_in_training: AmpInTraining  # does training use it (or only evaluation)?
-    deprecated: DeprecatedAmp  # torch.cuda.amp / torch.cpu.amp uses to migrate
-    apex: ApexAmp  # apex.amp uses to migrate
-    ray: RayAmp  # Ray Train's deprecated AMP helpers to migrate
-    trainer_apis: TrainerApis  # Determined trials, Enchanter runners
-    entry: EntryPoint  # where the script starts (for --reproducible)
-    loaders: list[CallSite]  # shuffled training DataLoaders (for --reproducible)
-    framework: str | None  # accelerate / lightning: the framework owns precision
-    switches: list[PrecisionSwitch]  # its constructors, to switch mixed precision on
-    training: TrainingSteps
-    training_regions: SplitRegions  # forward + loss regions, unsafe losses cut out
-    function_regions: FunctionRegions  # regions placed by what called functions do
-    helper_regions: SplitRegions  # inside forward helpers shared with evaluation
-    producer_regions: SplitRegions  # where a model's stored outputs are computed
-    evaluation_regions: SplitRegions
-    escapes: Escapes  # low-precision values reaching float32 uses after their region
-    saturating: list[SaturatingInput]  # sigmoid probabilities fed to BCE under autocast
-    checkpoints: Checkpoints
-    schedulers: list[GuardedScheduler]
-    hazards: list[Note]  # risky code reported, not changed
-    sharded: bool  # FSDP: the scaler must be the sharded one
-    custom_functions: list[CustomFunction]
-    optimizer_builds: list[OptimizerBuild]  # where the stepped optimizers are built
-    float16_constants: Float16Constants  # fills and epsilons float16 cannot hold
-    distribution_inputs: list[cst.BaseExpression]  # distribution arguments under autocast
+    def __init__(self, module: cst.Module, scaler_arguments: tuple[str, ...] | None = None):
+        self.facts: ModuleFacts = collect(module)
+        self.kinds = KindTable(self.facts)
+        # The grad scaler's arguments as the script's own source text, carried forward from
+        # a migration (apex's `opt_level=args.opt_level`); None: built from the options.
+        self.scaler_arguments = scaler_arguments
+
+    @cached_property
+    def existing_amp(self) -> str | None:
+        """The AMP API the module already uses, if any."""
+        return existing_amp(self.facts)
+
+    @cached_property
+    def deprecated(self) -> DeprecatedAmp:
+        """torch.cuda.amp / torch.cpu.amp uses to migrate."""
+        return deprecated_amp(self.facts)
+
+    @cached_property
+    def apex(self) -> ApexAmp:
+        """apex.amp uses to migrate."""
+        return apex_amp(self.facts)
+
+    @cached_property
+    def ray(self) -> RayAmp:
+        """Ray Train's deprecated AMP helpers to migrate."""
+        return ray_amp(self.facts)
+
+    @cached_property
+    def trainer_apis(self) -> TrainerApis:
+        """Determined trials, Enchanter runners."""
+        return trainer_apis(self.facts, self.kinds)
+
+    @cached_property
+    def entry(self) -> EntryPoint:
+        """Where the script starts (for --reproducible)."""
+        return entry_point(self.facts)
+
+    @cached_property
+    def loaders(self) -> list[CallSite]:
+        """Shuffled training DataLoaders (for --reproducible)."""
+        return shuffled_loaders(self.facts)
+
+    @cached_property
+    def framework(self) -> str | None:
+        """accelerate / lightning: the framework owns precision."""
+        return framework_owns_precision(self.facts)
+
+    @cached_property
+    def switches(self) -> list[PrecisionSwitch]:
+        """The framework's constructors, to switch mixed precision on."""
+        return precision_switches(self.facts)
+
+    @cached_property
+    def training(self) -> TrainingSteps:
+        return analyse_training(self.facts, self.kinds)
+
+    @cached_property
+    def function_regions(self) -> FunctionRegions:
+        """Regions placed by what called functions do."""
+        return place_regions(self.training, self.facts, self.kinds)
+
+    @cached_property
+    def amp_in_training(self) -> AmpInTraining:
+        """Does training use the module's AMP (or only evaluation)?"""
+        return amp_in_training(self.facts, self.function_regions.all_regions)
+
+    @cached_property
+    def _loss_helpers(self) -> dict[str, bool]:
+        return unsafe_helpers(self.facts, self.kinds)
+
+    def _split(self, regions: list[Region]) -> SplitRegions:
+        return split_unsafe_losses(regions, self.facts, self.kinds, self._loss_helpers)
+
+    @cached_property
+    def training_regions(self) -> SplitRegions:
+        """Forward + loss regions, unsafe losses cut out."""
+        return self._split(self.function_regions.regions)
+
+    @cached_property
+    def helper_regions(self) -> SplitRegions:
+        """Inside forward helpers shared with evaluation."""
+        return self._split(self.function_regions.helpers)
+
+    @cached_property
+    def producer_regions(self) -> SplitRegions:
+        """Where a model's stored outputs are computed."""
+        return self._split(self.function_regions.producers)
+
+    @cached_property
+    def evaluation_regions(self) -> SplitRegions:
+        placed = self.function_regions.all_regions
+        return self._split([
+            region for region in analyse_evaluation(self.facts, self.kinds, placed)
+            if not self.amp_in_training.covers(region, self.facts)])
+
+    @property
+    def _splits(self) -> list[SplitRegions]:
+        return [self.training_regions, self.helper_regions, self.producer_regions,
+                self.evaluation_regions]
+
+    @cached_property
+    def _regions(self) -> list[Region]:
+        return [region for split in self._splits for region in split.regions]
+
+    @cached_property
+    def escapes(self) -> Escapes:
+        """Low-precision values reaching float32 uses after their region."""
+        splits = self._splits
+        return find_escapes(
+            self.facts, self.kinds, self._regions,
+            [*self.function_regions.casts, *(n for s in splits for n in s.float32_inputs)],
+            [n for s in splits for n in s.forwards])
+
+    @cached_property
+    def saturating(self) -> list[SaturatingInput]:
+        """Sigmoid probabilities fed to BCE under autocast."""
+        return saturating_inputs([m for s in self._splits for m in s.moved_out], self.facts)
+
+    @cached_property
+    def checkpoints(self) -> Checkpoints:
+        return analyse_checkpoints(self.facts, self.kinds)
+
+    @cached_property
+    def schedulers(self) -> list[GuardedScheduler]:
+        return schedulers_after_steps(self.facts, self.kinds, self.training.updates_after,
+                                      self.training.steps)
+
+    @cached_property
+    def hazards(self) -> list[Note]:
+        """Risky code reported, not changed."""
+        training_functions = {site.function for site in self.training.backwards}
+        return [*manual_casts(self.facts), *unscaled_autograd_grad(self.facts, training_functions),
+                *self.amp_in_training.notes, *self.apex.unused_imports,
+                *gram_matrices(self.facts, self.kinds, self._regions)]
+
+    @cached_property
+    def sharded(self) -> bool:
+        """FSDP: the scaler must be the sharded one."""
+        return uses_fsdp(self.facts)
+
+    @cached_property
+    def custom_functions(self) -> list[CustomFunction]:
+        return custom_functions(self.facts)
+
+    @cached_property
+    def optimizer_builds(self) -> list[OptimizerBuild]:
+        """Where the stepped optimizers are built."""
+        return optimizer_builds(self.facts, self.training.steps)
+
+    @cached_property
+    def float16_constants(self) -> Float16Constants:
+        """Fills and epsilons float16 cannot hold."""
+        return float16_constants(self.facts, self.kinds, self._regions)
+
+    @cached_property
+    def distribution_inputs(self) -> list[cst.BaseExpression]:
+        """Distribution arguments under autocast."""
+        return distribution_inputs(self._regions, self.facts)
 
     @property
     def has_work(self) -> bool:
@@ -83,64 +212,15 @@ class ModuleAnalysis:
 
     @cached_property
     def amp_usage(self) -> AmpUsage:
-        """The AMP amprewrite itself wrote (what O0 takes out again); computed on demand."""
+        """The AMP amprewrite itself wrote (what O0 takes out again)."""
         return amp_usage(self.facts)
 
     @cached_property
     def amp_mistakes(self) -> Lint:
-        """The AMP mistakes of a module that already uses AMP; computed on demand."""
+        """The AMP mistakes of a module that already uses AMP."""
         return lint(self.facts, self.kinds, self.amp_usage, self.checkpoints)
 
 
-def analyse(module: cst.Module) -> ModuleAnalysis:
-    facts = collect(module)
-    amp = existing_amp(facts)
-    kinds = KindTable(facts)
-    training = analyse_training(facts, kinds)
-    placed = place_regions(training, facts, kinds)
-    amp_training = amp_in_training(facts, placed.all_regions)
-    evaluation = [region for region in analyse_evaluation(facts, kinds, placed.all_regions)
-                  if not amp_training.covers(region, facts)]
-    training_functions = {site.function for site in training.backwards}
-    loss_helpers = unsafe_helpers(facts, kinds)
-    training_regions = split_unsafe_losses(placed.regions, facts, kinds, loss_helpers)
-    helper_regions = split_unsafe_losses(placed.helpers, facts, kinds, loss_helpers)
-    producer_regions = split_unsafe_losses(placed.producers, facts, kinds, loss_helpers)
-    evaluation_regions = split_unsafe_losses(evaluation, facts, kinds, loss_helpers)
-    splits = [training_regions, helper_regions, producer_regions, evaluation_regions]
-    apex = apex_amp(facts)
-    return ModuleAnalysis(
-        facts=facts,
-        kinds=kinds,
-        existing_amp=amp,
-        amp_in_training=amp_training,
-        deprecated=deprecated_amp(facts),
-        apex=apex,
-        ray=ray_amp(facts),
-        trainer_apis=trainer_apis(facts, kinds),
-        entry=entry_point(facts),
-        loaders=shuffled_loaders(facts),
-        framework=framework_owns_precision(facts),
-        switches=precision_switches(facts),
-        training=training,
-        training_regions=training_regions,
-        function_regions=placed,
-        helper_regions=helper_regions,
-        producer_regions=producer_regions,
-        evaluation_regions=evaluation_regions,
-        escapes=find_escapes(facts, kinds, [r for s in splits for r in s.regions],
-                             [*placed.casts, *(n for s in splits for n in s.float32_inputs)],
-                             [n for s in splits for n in s.forwards]),
-        saturating=saturating_inputs([m for s in splits for m in s.moved_out], facts),
-        checkpoints=analyse_checkpoints(facts, kinds),
-        schedulers=schedulers_after_steps(facts, kinds, training.updates_after,
-                                          training.steps),
-        hazards=[*manual_casts(facts), *unscaled_autograd_grad(facts, training_functions),
-                 *amp_training.notes, *apex.unused_imports,
-                 *gram_matrices(facts, kinds, [r for s in splits for r in s.regions])],
-        sharded=uses_fsdp(facts),
-        custom_functions=custom_functions(facts),
-        optimizer_builds=optimizer_builds(facts, training.steps),
-        float16_constants=float16_constants(facts, kinds, [r for s in splits for r in s.regions]),
-        distribution_inputs=distribution_inputs([r for s in splits for r in s.regions], facts),
-    )
+def analyse(module: cst.Module, scaler_arguments: tuple[str, ...] | None = None) -> ModuleAnalysis:
+    """The analysis of `module`; `scaler_arguments` are what a migration carried forward."""
+    return ModuleAnalysis(module, scaler_arguments)

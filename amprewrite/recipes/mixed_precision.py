@@ -56,7 +56,8 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         sharded=analysis.sharded,
         reproducible=options.reproducible,
     )
-    style = (plain_style if options.plain else runtime_style)(facts, options, needs)
+    style = (plain_style if options.plain else runtime_style)(
+        facts, options, needs, analysis.scaler_arguments)
     ctx = RuleContext(facts, options, style.autocast, style=style)
     if not analysis.escapes.stuck:
         autocast.decide_hoisted_losses(ctx, [r for s in regions.splits(analysis)
@@ -72,7 +73,7 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     uses = [*training.backwards, *training.steps, *(b.binding for b in builds),
             *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
     optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
-    home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis, options))
+    home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis))
     ctx.scaler_home = home
     ctx.scaler_expr = home.expression
     ctx.names.given.add(home.expression)
@@ -80,12 +81,12 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
         scheduler.decide_scale_variables(ctx, analysis.schedulers)
 
 
-def _global_index(analysis: ModuleAnalysis, options: Options) -> int:
+def _global_index(analysis: ModuleAnalysis) -> int:
     """Where a module-global scaler goes: after the imports, unless its arguments come from
     the script (`GradScaler(args.opt_level)` after an apex migration): then right after the
     module-level optimizer build, where those names exist."""
     facts = analysis.facts
-    if options.scaler_arguments:
+    if analysis.scaler_arguments:
         module_level = [facts.position(b.binding.statement)[1] for b in analysis.optimizer_builds
                         if b.binding.function is None
                         and facts.statements[b.binding.statement].parent is None]

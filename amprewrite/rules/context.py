@@ -60,9 +60,11 @@ class RuleContext:
     hoisted: dict[int, str] = field(default_factory=dict)
     # id(optimizer step call) -> variable holding the scale before `update()` (plain style)
     scale_before_update: dict[int, str] = field(default_factory=dict)
-    # What a migration found the script asked for (apex's opt level and properties): the
-    # options its FP32 result is rewritten with; None: the user's.
+    # What a migration found the script asked for: the options its FP32 result is rewritten
+    # with (apex's opt level and properties; None: the user's), and the grad scaler's
+    # arguments as the script's own source text (`opt_level=args.opt_level`).
     next_options: Options | None = None
+    scaler_arguments: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         self.names = FreshNames(self.facts.names)

@@ -102,10 +102,10 @@ def _options_from(call: cst.Call, ctx: RuleContext) -> Options:
         if name in keywords:
             arguments.append(f"{name}={code(keywords[name])}")
     if "num_losses" in keywords:
-        ctx.notes.append(Note(APEX_FEATURE_DROPPED, keywords[
-                              "num_losses"], "`num_losses`: one native "
-                              "scaler serves every loss; the argument is dropped"))
-    return replace(ctx.options, opt_level=level, scaler_arguments=tuple(arguments))
+        ctx.notes.append(Note(APEX_FEATURE_DROPPED, keywords["num_losses"], "`num_losses`: one "
+                              "native scaler serves every loss; the argument is dropped"))
+    ctx.scaler_arguments = tuple(arguments)
+    return replace(ctx.options, opt_level=level)
 
 
 def _without_initialize(statement: cst.CSTNode, call: cst.Call):  # type: ignore[no-untyped-def]

@@ -34,7 +34,10 @@ class Style:
     seeding: str = ""  # the local name of `enable_reproducibility`
 
 
-def runtime_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
+def runtime_style(
+    facts: ModuleFacts, options: Options, needs: Needs, carried: tuple[str, ...] | None
+) -> Style:
+    """The runtime's API; `carried`: scaler arguments a migration kept from the script."""
     symbols = [name for name, used in (
         ("GradScaler", needs.scaler), ("autocast", needs.autocast),
         ("custom_bwd", needs.custom_functions), ("custom_fwd", needs.custom_functions),
@@ -46,7 +49,8 @@ def runtime_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
     if needs.autocast:
         style.autocast = f"{local['autocast']}({dtype})"
     if needs.scaler:
-        style.scaler = f"{local['GradScaler']}({', '.join(_scaler_arguments(options, needs))})"
+        arguments = _scaler_arguments(options, needs, carried)
+        style.scaler = f"{local['GradScaler']}({', '.join(arguments)})"
     if needs.custom_functions:
         style.decorators = Decorators(
             forward=local["custom_fwd"],
@@ -56,9 +60,11 @@ def runtime_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
     return style
 
 
-def _scaler_arguments(options: Options, needs: Needs) -> list[str]:
-    if options.scaler_arguments is not None:
-        return [*options.scaler_arguments, *(["sharded=True"] if needs.sharded else [])]
+def _scaler_arguments(
+    options: Options, needs: Needs, carried: tuple[str, ...] | None
+) -> list[str]:
+    if carried is not None:
+        return [*carried, *(["sharded=True"] if needs.sharded else [])]
     arguments = [] if options.opt_level == "O1" else [f'"{options.opt_level}"']
     if options.dtype:
         arguments.append(f'dtype="{options.dtype}"')
@@ -75,7 +81,10 @@ def _scaler_arguments(options: Options, needs: Needs) -> list[str]:
     return arguments
 
 
-def plain_style(facts: ModuleFacts, options: Options, needs: Needs) -> Style:
+def plain_style(
+    facts: ModuleFacts, options: Options, needs: Needs, carried: tuple[str, ...] | None
+) -> Style:
+    """Plain torch.amp (`--plain`, which a migration's carried arguments never reach)."""
     torch = torch_name(facts)
     style = Style(imports=[] if torch else ["import torch"])
     torch = torch or "torch"
