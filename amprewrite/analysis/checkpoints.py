@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
-from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.kinds import RECEIVER_KINDS, Kind, KindTable, kind_from_name
 from amprewrite.analysis.names import dotted, receiver_key
 
 
@@ -80,8 +80,7 @@ def _is_optimizer(node: cst.BaseExpression, kinds: KindTable) -> bool:
     kind = kinds.of_expr(node)
     if kind is not None:
         return kind is Kind.OPTIMIZER
-    key = (receiver_key(node) or "").rsplit(".", 1)[-1].lower()
-    return "optim" in key or key in {"opt", "optimiser"}
+    return kind_from_name(receiver_key(node), RECEIVER_KINDS) is Kind.OPTIMIZER
 
 
 def _is_optimizer_state(node: cst.BaseExpression, kinds: KindTable) -> bool:

@@ -71,6 +71,10 @@ class ModuleFacts:
     owner: dict[int, Statement] = field(default_factory=dict)  # id(node) -> its statement
     header_imports_end: int = 0  # index in module.body after the leading imports
 
+    def one_line(self, node: cst.CSTNode) -> str:
+        """The code of `node` with its whitespace folded, as messages quote it."""
+        return " ".join(self.module.code_for_node(node).split())
+
     def statements_around(self, node: cst.CSTNode) -> list[Statement]:
         """The statements that contain `node` (itself, if it is one), innermost first."""
         if isinstance(node, cst.IndentedBlock):

@@ -46,7 +46,7 @@ def gram_matrices(facts: ModuleFacts, kinds: KindTable, regions: Iterable[Region
         for node in _products(root, facts):
             if id(node) not in seen:
                 seen.add(id(node))
-                text = " ".join(facts.module.code_for_node(node).split())
+                text = facts.one_line(node)
                 notes.append(Note(GRAM_MATRIX, node, f"`{text}` multiplies a tensor by its own "
                                   "transpose under autocast: in float16 its sums of squares "
                                   "overflow to inf; compute it in float32 (`with autocast("

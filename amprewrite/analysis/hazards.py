@@ -38,7 +38,7 @@ def manual_casts(facts: ModuleFacts) -> list[Note]:
                         for arg in site.call.args if arg.keyword is None
                         or arg.keyword.value == "dtype")
         if casts:
-            text = " ".join(facts.module.code_for_node(site.call).split())
+            text = facts.one_line(site.call)
             notes.append(Note(MANUAL_CAST, site.call,
                               f"`{text}` casts by hand; under autocast, keep "
                               "the model and inputs in float32 (GradScaler cannot unscale "

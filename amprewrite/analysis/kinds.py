@@ -8,6 +8,7 @@ from arguments passed to a function's parameters at its call sites in the same m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 
 import libcst as cst
@@ -88,18 +89,30 @@ def _classify_local_callable(name: str) -> Kind | None:
     """A class or builder (`build_optimizer`, `create_model`) the script defines or imports:
     judge by its name. Other functions (`F.mse_loss`) compute values, not objects."""
     last = name.rsplit(".", 1)[-1]
-    lower = last.lower()
-    if not (last[:1].isupper() or lower.startswith(_BUILDER_PREFIXES)):
+    if not (last[:1].isupper() or last.lower().startswith(_BUILDER_PREFIXES)):
         return None
-    if "sched" in lower:
-        return Kind.SCHEDULER
-    if "optim" in lower:
-        return Kind.OPTIMIZER
-    if "criterion" in lower or lower.endswith("loss"):
-        return Kind.CRITERION
-    if "model" in lower or lower in {"net", "network"}:
-        return Kind.MODEL
-    return None
+    return kind_from_name(last)
+
+
+# What a name says an object is, for objects whose construction is not visible: the one table
+# every analysis guesses from, tried in this order.
+_NAME_HINTS: tuple[tuple[Kind, Callable[[str], bool]], ...] = (
+    (Kind.SCHEDULER, lambda name: "sched" in name),
+    (Kind.OPTIMIZER, lambda name: "optim" in name or name in {"opt", "optimiser"}
+     or name.startswith("opt_")),
+    (Kind.CRITERION, lambda name: "criterion" in name or name.endswith("loss")),
+    (Kind.MODEL, lambda name: "model" in name or name in {"net", "network"}),
+)
+RECEIVER_KINDS = (Kind.SCHEDULER, Kind.OPTIMIZER)  # what a `.step()` receiver's name may say
+
+
+def kind_from_name(name: str | None, among: tuple[Kind, ...] = tuple(Kind)) -> Kind | None:
+    """The kind the last part of a dotted name suggests (`lr_scheduler`, `opt_g`,
+    `criterion`, `net`), among `among`; None when it suggests none."""
+    if name is None:
+        return None
+    last = name.rsplit(".", 1)[-1].lower()
+    return next((kind for kind, hint in _NAME_HINTS if kind in among and hint(last)), None)
 
 
 class KindTable:
@@ -202,7 +215,7 @@ class KindTable:
             for name, container, iterate in _loop_pairs(loop.target, loop.iter):
                 key = receiver_key(container)
                 if key is not None and self._holds_optimizers(key):
-                    code = " ".join(self.facts.module.code_for_node(iterate).split())
+                    code = self.facts.one_line(iterate)
                     elements[name] = (f"{key}[*]", code)
                     self._set(name, Kind.OPTIMIZER)
             if elements:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite, ModuleFacts
-from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.kinds import RECEIVER_KINDS, Kind, KindTable, kind_from_name
 from amprewrite.analysis.names import receiver_key
 from amprewrite.analysis.statements import is_step_call
 from amprewrite.analysis.training_step import same_iteration
@@ -56,4 +56,4 @@ def _is_scheduler(site: CallSite, kinds: KindTable) -> bool:
     kind = kinds.of_expr(receiver)
     if kind is not None:
         return kind is Kind.SCHEDULER
-    return "sched" in (receiver_key(receiver) or "").rsplit(".", 1)[-1].lower()
+    return kind_from_name(receiver_key(receiver), RECEIVER_KINDS) is Kind.SCHEDULER

@@ -15,7 +15,13 @@ import libcst as cst
 from amprewrite.analysis.definite_binding import bound_in_scope, bound_on_every_path
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
 from amprewrite.analysis.forward import computes, is_model_call
-from amprewrite.analysis.kinds import Kind, KindTable, optimizer_loop_elements
+from amprewrite.analysis.kinds import (
+    RECEIVER_KINDS,
+    Kind,
+    KindTable,
+    kind_from_name,
+    optimizer_loop_elements,
+)
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key
 from amprewrite.analysis.scaler_protocol import UpdatePoint, plan_updates
 from amprewrite.analysis.statements import (
@@ -140,7 +146,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                 # `accelerator.backward(loss)`, `engine.backward(loss)`, `out.backward(grad)`:
                 # a framework owns the backward, or a gradient is passed in.
                 result.notes.append(Note(BACKWARD_WITH_ARGUMENT, site.call,
-                                         f"`{_code(facts, site.call)}` "
+                                         f"`{facts.one_line(site.call)}` "
                                          "is not a plain loss backward; left unchanged"))
             else:
                 backwards.append(site)
@@ -149,7 +155,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
 
     training_backwards = []
     for site in backwards:
-        text = _code(facts, site.call.func.value)  # type: ignore[attr-defined]
+        text = facts.one_line(site.call.func.value)  # type: ignore[attr-defined]
         if site.function is not None and site.function.name.value in closure_functions:
             result.notes.append(Note(BACKWARD_IN_CLOSURE, site.call,
                                      f"`{text}.backward()` runs inside "
@@ -169,7 +175,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
 
     if not training_backwards:
         for site in optimizer_steps:
-            text = _code(facts, site.call.func.value)  # type: ignore[attr-defined]
+            text = facts.one_line(site.call.func.value)  # type: ignore[attr-defined]
             result.notes.append(Note(STEP_WITHOUT_BACKWARD, site.call,
                                      f"`{text}.step()` has no backward pass "
                                      "in this file to scale; left unchanged"))
@@ -178,12 +184,12 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     unscales, clips = gradient_uses(optimizer_steps, training_backwards, facts)
     unscales = [_over_elements(u, optimizer_steps, facts, kinds) for u in unscales]
     protocol = plan_updates(optimizer_steps, unscales, training_backwards, facts, kinds)
-    unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{_code(facts, s.call.func.value)}` "  # type: ignore[attr-defined]
+    unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{facts.one_line(s.call.func.value)}` "  # type: ignore[attr-defined]
                     "is bound only on some paths; the scaler cannot be used where it may be "
                     "missing; training step left unchanged")
                for s in optimizer_steps if _maybe_unbound(s, facts)]
     unbound += [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, u.optimizer,
-                     f"`{_code(facts, u.optimizer)}` may be None where "
+                     f"`{facts.one_line(u.optimizer)}` may be None where "
                      "its gradients would be unscaled (no check of it around that point); "
                      "training step left unchanged")
                 for u in unscales if _unguarded_none(u, facts)]
@@ -228,11 +234,11 @@ def _classify_step(
 ) -> None:
     receiver = site.call.func.value  # type: ignore[attr-defined]
     key = receiver_key(receiver)
-    kind = kinds.of(key) or _kind_from_name(key)
+    kind = kinds.of(key) or kind_from_name(key, RECEIVER_KINDS)
     if kind is not Kind.OPTIMIZER:
         if kind is None and not site.call.args and _has_backward(site.function, facts):
             result.notes.append(Note(UNKNOWN_STEP_RECEIVER, site.call,
-                                     f"`{_code(facts, receiver)}.step()`: "
+                                     f"`{facts.one_line(receiver)}.step()`: "
                                      "receiver not recognised as an optimizer; left unchanged"))
         return
     if site.call.args:
@@ -240,22 +246,11 @@ def _classify_step(
             name = dotted(arg.value)
             if name is not None:
                 closure_functions.add(name)
-        result.notes.append(Note(CLOSURE_STEP, site.call, f"`{_code(facts, site.call)}` cannot be "
-                                 "loss-scaled; left unchanged"))
+        result.notes.append(Note(CLOSURE_STEP, site.call,
+                                 f"`{facts.one_line(site.call)}` cannot be loss-scaled; left "
+                                 "unchanged"))
         return
     optimizer_steps.append(site)
-
-
-def _kind_from_name(key: str | None) -> Kind | None:
-    """Last resort for a receiver whose construction is not visible: its name."""
-    if key is None:
-        return None
-    last = key.rsplit(".", 1)[-1].lower()
-    if "sched" in last:
-        return Kind.SCHEDULER
-    if "optim" in last or last in {"opt", "optimiser"} or last.startswith("opt_"):
-        return Kind.OPTIMIZER
-    return None
 
 
 def _regions_at_callers(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> list[Region]:
@@ -452,7 +447,7 @@ def _is_step_boundary(statement: Statement, kinds: KindTable) -> bool:
 
 def _steps_optimizer(call: cst.Call, kinds: KindTable) -> bool:
     key = receiver_key(call.func.value)  # type: ignore[attr-defined]
-    kind = kinds.of(key) or _kind_from_name(key)
+    kind = kinds.of(key) or kind_from_name(key, RECEIVER_KINDS)
     return kind in (Kind.OPTIMIZER, Kind.SCHEDULER) or (kind is None and not call.args)
 
 
@@ -494,8 +489,3 @@ def _nested_in_any(region: Region, regions: list[Region], facts: ModuleFacts) ->
         if any(id(a) in covered for a in ancestors):
             return True
     return False
-
-
-def _code(facts: ModuleFacts, node: cst.CSTNode) -> str:
-    text = facts.module.code_for_node(node)
-    return " ".join(text.split())

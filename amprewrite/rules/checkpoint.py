@@ -9,8 +9,8 @@ import libcst as cst
 from amprewrite.analysis.checkpoints import Checkpoints, SavedState
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
-from amprewrite.rules.containers import insert_after, one_per_line
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.edits import insert_after, one_per_line
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
 

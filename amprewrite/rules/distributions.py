@@ -9,7 +9,7 @@ import libcst as cst
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.expressions import as_float
+from amprewrite.rules.edits import as_float
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 
@@ -28,7 +28,7 @@ DISTRIBUTION_ARGUMENTS_CAST = declare(
 def float32_distributions(ctx: RuleContext, inputs: list[cst.BaseExpression]) -> None:
     for value in inputs:
         ctx.plan.replaces.append(Replace(value, as_float))
-        text = " ".join(ctx.facts.module.code_for_node(value).split())
+        text = ctx.facts.one_line(value)
         ctx.notes.append(Note(DISTRIBUTION_ARGUMENTS_CAST, value,
                               f"`{text}` cast to float32 for the distribution "
                               "built under autocast (its argument checks and log-probabilities "

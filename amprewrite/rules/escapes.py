@@ -8,7 +8,7 @@ from amprewrite.analysis.escapes import Escapes
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.expressions import as_float
+from amprewrite.rules.edits import as_float
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 

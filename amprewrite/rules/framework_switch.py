@@ -10,8 +10,8 @@ import libcst as cst
 from amprewrite.analysis.frameworks import PrecisionSwitch
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, NOTE, SKIP, declare
-from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.edits import append_arguments, keyword, without
 from amprewrite.rules.registry import Example, rule
 from amprewrite.rules.revert import MIXED_PRECISION_REMOVED
 from amprewrite.transform import Replace
@@ -61,33 +61,12 @@ def switch_on_mixed_precision(ctx: RuleContext, switches: list[PrecisionSwitch])
                                   f"`{switch.keyword}={current}`; left unchanged"))
             continue
         value = switch.values[dtype]
-        argument = cst.Arg(value=cst.parse_expression(value), keyword=cst.Name(switch.keyword),
-                           equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                                 whitespace_after=cst.SimpleWhitespace("")))
-        ctx.plan.replaces.append(Replace(switch.call, _with_argument(argument)))
+        argument = keyword(switch.keyword, cst.parse_expression(value))
+        ctx.plan.replaces.append(Replace(switch.call, append_arguments([argument])))
         ctx.notes.append(Note(FRAMEWORK_SWITCHED_ON, switch.call,
                               f"`{framework}(...)` owns precision: "
                               f"`{switch.keyword}={value}` added (no hand-made scaler)"))
 
-
-def _with_argument(argument: cst.Arg):  # type: ignore[no-untyped-def]
-    def build(node: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(node, cst.Call)
-        args = list(node.args)
-        if args:
-            last = args[-1]
-            trailing = last.comma
-            if trailing is cst.MaybeSentinel.DEFAULT:
-                args[-1] = last.with_changes(
-                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                return node.with_changes(args=[*args, argument])
-            # a multi-line call with a trailing comma: the new argument goes on its own line
-            previous = args[-2].comma if len(args) > 1 else trailing
-            args[-1] = last.with_changes(comma=previous)
-            return node.with_changes(args=[*args, argument.with_changes(comma=trailing)])
-        return node.with_changes(args=[argument])
-
-    return build
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:

@@ -8,7 +8,7 @@ from amprewrite.analysis.function_regions import FunctionRegions
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.expressions import as_float
+from amprewrite.rules.edits import as_float
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 
@@ -27,7 +27,7 @@ def float32_arguments(ctx: RuleContext, placed: FunctionRegions) -> None:
     ctx.notes.extend(placed.notes)
     for value in placed.casts:
         ctx.plan.replaces.append(Replace(value, as_float))
-        text = " ".join(ctx.facts.module.code_for_node(value).split())
+        text = ctx.facts.one_line(value)
         ctx.notes.append(Note(CAST_WHERE_LEAVING_AUTOCAST, value,
                               f"`{text}` leaves autocast here: cast to float32 "
                               "for code that needs it"))

@@ -40,8 +40,8 @@ def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
     for site in backwards:
         func = site.call.func
         assert isinstance(func, cst.Attribute)
-        loss_text = ctx.hoisted.get(id(site.call)) or _code(
-            ctx, func.value.with_changes(lpar=[], rpar=[]))
+        loss_text = ctx.hoisted.get(id(site.call)) or ctx.facts.one_line(
+            func.value.with_changes(lpar=[], rpar=[]))
 
         def build(node: cst.CSTNode, scale: cst.BaseExpression = scale) -> cst.CSTNode:
             assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
@@ -63,7 +63,7 @@ def route_steps(ctx: RuleContext, steps: list[CallSite]) -> None:
     for site in steps:
         func = site.call.func
         assert isinstance(func, cst.Attribute)
-        optimizer_text = _code(ctx, func.value)
+        optimizer_text = ctx.facts.one_line(func.value)
 
         def build(node: cst.CSTNode, step: cst.BaseExpression = step) -> cst.CSTNode:
             assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
@@ -118,10 +118,6 @@ def add_updates_at(ctx: RuleContext, points: list[UpdatePoint]) -> None:
             where = "before leaving the iteration" if point.before else (
                 "after the last optimizer step on every path of the iteration")
         ctx.notes.append(Note(UPDATE_ADDED, node, f"`{code}` added {where}"))
-
-
-def _code(ctx: RuleContext, node: cst.CSTNode) -> str:
-    return " ".join(ctx.facts.module.code_for_node(node).split())
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:

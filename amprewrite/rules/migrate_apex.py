@@ -13,9 +13,8 @@ from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.options import OPT_LEVELS, Options
-from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.expressions import as_receiver
+from amprewrite.rules.edits import as_receiver, in_place_of, remove, without
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 
@@ -53,7 +52,7 @@ _PROPERTIES = ("keep_batchnorm_fp32", "master_weights", "loss_scale")
 def remove_apex(ctx: RuleContext, apex: ApexAmp) -> Options:
     """Plan the removal of apex.amp; return the options the native rewrite must use."""
     for statement in [*apex.imports, *apex.state_statements]:
-        ctx.plan.replaces.append(Replace(statement, lambda _: cst.RemoveFromParent()))
+        ctx.plan.replaces.append(Replace(statement, remove))
     options = ctx.options
     for statement, call in apex.initialize:
         ctx.plan.replaces.append(Replace(statement, _without_initialize(statement, call)))
@@ -79,7 +78,7 @@ def remove_apex(ctx: RuleContext, apex: ApexAmp) -> Options:
                               "apex's `amp.state_dict()` entry replaced by the "
                               "scaler's state next to the optimizer's"))
     for call in apex.unsupported:
-        text = " ".join(ctx.facts.module.code_for_node(call.func).split())
+        text = ctx.facts.one_line(call.func)
         ctx.notes.append(Note(APEX_FEATURE_DROPPED, call,
                               f"`{text}(...)` has no native equivalent and "
                               "needs apex; remove it"))
@@ -136,9 +135,7 @@ def _plain_backward(node: cst.CSTNode) -> cst.CSTNode | cst.FlattenSentinel:
     loss = item.item.args[0].value
     loss = as_receiver(loss)
     name = dotted(item.asname.name) if item.asname is not None else None
-    body = [statement.visit(_Substitute(name, loss)) for statement in node.body.body]
-    body[0] = body[0].with_changes(leading_lines=[*node.leading_lines, *body[0].leading_lines])
-    return cst.FlattenSentinel(body)
+    return in_place_of(node, [s.visit(_Substitute(name, loss)) for s in node.body.body])
 
 
 class _Substitute(cst.CSTTransformer):

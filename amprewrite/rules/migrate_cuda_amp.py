@@ -12,6 +12,7 @@ from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.edits import keyword
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 
@@ -47,19 +48,19 @@ def _migrated(use: DeprecatedUse):  # type: ignore[no-untyped-def]
     def build(node: cst.CSTNode) -> cst.CSTNode:
         if isinstance(node, cst.Decorator):  # bare `@torch.cuda.amp.custom_fwd`
             func = _to_torch_amp(node.decorator)
-            call = cst.Call(func=func, args=[_keyword("device_type", device)])
+            call = cst.Call(func=func, args=[keyword("device_type", device)])
             return node.with_changes(decorator=call)
         assert isinstance(node, cst.Call)
         func = _to_torch_amp(node.func)
         args = list(node.args)
         if use.name == "autocast":
-            args = [_keyword(_AUTOCAST_POSITIONALS[i], a.value) if a.keyword is None and not a.star
+            args = [keyword(_AUTOCAST_POSITIONALS[i], a.value) if a.keyword is None and not a.star
                     and i < len(_AUTOCAST_POSITIONALS) else a for i, a in enumerate(args)]
             args = [cst.Arg(device), *_commas(args)]
         elif use.name == "GradScaler":
             args = [cst.Arg(device), *_commas(args)]
         else:  # custom_fwd(cast_inputs=...) / custom_bwd(...)
-            args = [_keyword("device_type", device), *_commas(args)]
+            args = [keyword("device_type", device), *_commas(args)]
         return node.with_changes(func=func, args=_commas(args))
 
     return build
@@ -86,11 +87,6 @@ def _import_from_torch_amp(node: cst.CSTNode) -> cst.CSTNode:
              for alias in node.names]
     return node.with_changes(names=names)
 
-
-def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value=value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                         whitespace_after=cst.SimpleWhitespace("")))
 
 
 def _commas(args: list[cst.Arg]) -> list[cst.Arg]:

@@ -12,7 +12,7 @@ from amprewrite.analysis.ray_train import RayAmp
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.expressions import as_receiver
+from amprewrite.rules.edits import as_receiver, remove
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 
@@ -29,7 +29,7 @@ RAY_AMP_MIGRATED = declare(
 
 def remove_ray_amp(ctx: RuleContext, ray: RayAmp) -> None:
     for statement in ray.accelerate:
-        ctx.plan.replaces.append(Replace(statement, lambda _: cst.RemoveFromParent()))
+        ctx.plan.replaces.append(Replace(statement, remove))
         ctx.notes.append(Note(RAY_AMP_MIGRATED, statement,
                               "deprecated `train.torch.accelerate(amp=...)`"
                               " removed: explicit native AMP replaces it"))

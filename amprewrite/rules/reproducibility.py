@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
 from amprewrite.analysis.entry_point import EntryPoint
 from amprewrite.analysis.facts import CallSite
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.edits import append_arguments, keyword
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
 
@@ -54,9 +53,9 @@ def seed_everything(
                                   f"point: pass `generator=` and `worker_init_fn=` from `{name}` "
                                   "to it by hand"))
             continue
-        extra = [_keyword("generator", ctx.parse_expression(f"{name}.generator")),
-                 _keyword("worker_init_fn", ctx.parse_expression(f"{name}.worker_init_fn"))]
-        ctx.plan.replaces.append(Replace(site.call, _with_arguments(extra)))
+        extra = [keyword("generator", ctx.parse_expression(f"{name}.generator")),
+                 keyword("worker_init_fn", ctx.parse_expression(f"{name}.worker_init_fn"))]
+        ctx.plan.replaces.append(Replace(site.call, append_arguments(extra)))
         ctx.notes.append(Note(LOADER_SEEDED, site.call, f"shuffled DataLoader seeded from `{name}` "
                               "(`generator=`, `worker_init_fn=`)"))
 
@@ -66,29 +65,6 @@ def _inside(entry: EntryPoint, site: CallSite, ctx: RuleContext) -> bool:
                is entry.block for s in ctx.facts.enclosing_statements(site.statement))
 
 
-def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value=value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                         whitespace_after=cst.SimpleWhitespace("")))
-
-
-def _with_arguments(extra: list[cst.Arg]):  # type: ignore[no-untyped-def]
-    def build(node: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(node, cst.Call)
-        args = list(node.args)
-        last = args[-1]
-        if last.comma is cst.MaybeSentinel.DEFAULT:  # `DataLoader(ds, shuffle=True)`
-            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            args[-1] = last.with_changes(comma=comma)
-            extra[0] = extra[0].with_changes(comma=comma)
-            return node.with_changes(args=[*args, *extra])
-        # a trailing comma (often one argument per line): each new argument on its own line
-        separator = args[-2].comma if len(args) > 1 else last.comma
-        args[-1] = last.with_changes(comma=separator)
-        added = [extra[0].with_changes(comma=separator), extra[1].with_changes(comma=last.comma)]
-        return node.with_changes(args=[*args, *added])
-
-    return build
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:

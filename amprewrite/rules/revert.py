@@ -15,9 +15,8 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.findings import ALREADY_MIXED_PRECISION, Finding
 from amprewrite.options import Options
-from amprewrite.rules.containers import without
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.expressions import as_receiver
+from amprewrite.rules.edits import as_receiver, remove, unwrap, without
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 
@@ -33,9 +32,9 @@ MIXED_PRECISION_REMOVED = declare(
 
 def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
     for statement in [*usage.imports, *usage.statements]:
-        ctx.plan.replaces.append(Replace(statement, lambda _: cst.RemoveFromParent()))
+        ctx.plan.replaces.append(Replace(statement, remove))
     for block in usage.unwrap:
-        ctx.plan.replaces.append(Replace(block, _unwrap))
+        ctx.plan.replaces.append(Replace(block, unwrap))
     for call in usage.calls:
         ctx.plan.replaces.append(Replace(call, _plain_call))
     for call in usage.scaled_arguments:
@@ -45,19 +44,13 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
     for container, entry in usage.entries:
         ctx.plan.replaces.append(Replace(container, without(container, entry)))
     for decorator in usage.decorators:
-        ctx.plan.replaces.append(Replace(decorator, lambda _: cst.RemoveFromParent()))
+        ctx.plan.replaces.append(Replace(decorator, remove))
     for call_id, model in usage.master_params.items():
         parameters = ctx.parse_expression(f"{model}.parameters()")
         ctx.plan.replaces.append(Replace(_call_by_id(ctx, call_id), lambda _, p=parameters: p))
     ctx.notes.append(Note(MIXED_PRECISION_REMOVED, ctx.facts.module.body[0],
                           "mixed precision removed: the script is plain FP32 again (O0)"))
 
-
-def _unwrap(node: cst.CSTNode) -> cst.CSTNode | cst.FlattenSentinel:
-    assert isinstance(node, cst.With | cst.If)
-    body = list(node.body.body)
-    body[0] = body[0].with_changes(leading_lines=[*node.leading_lines, *body[0].leading_lines])
-    return cst.FlattenSentinel(body)
 
 
 def _plain_call(node: cst.CSTNode) -> cst.CSTNode:

@@ -13,6 +13,7 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.autocast import EVALUATION_WRAPPED, FORWARD_WRAPPED, wrap_regions
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.edits import append_arguments, keyword
 from amprewrite.rules.imports import torch_name
 from amprewrite.rules.loss_scaling import UPDATE_ADDED
 from amprewrite.rules.registry import Example, rule
@@ -70,24 +71,11 @@ def _adopt_class(ctx: RuleContext, trainer: TrainerClass, scaler: str, torch: st
         ctx.plan.replaces.append(Replace(site.call.args[0].value, lambda n, s=scale: cst.Call(
             func=s, args=[cst.Arg(n.with_changes(lpar=[], rpar=[]))])))
     for site in trainer.steps:
-        ctx.plan.replaces.append(Replace(site.call, _with_scaler(ctx, scaler)))
+        ctx.plan.replaces.append(Replace(site.call, append_arguments(
+            [keyword("scaler", ctx.parse_expression(scaler))])))
     if trainer.steps:
         _update_after(ctx, trainer.steps[-1], scaler)
 
-
-def _with_scaler(ctx: RuleContext, scaler: str):  # type: ignore[no-untyped-def]
-    argument = cst.Arg(value=ctx.parse_expression(scaler), keyword=cst.Name("scaler"),
-                       equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                             whitespace_after=cst.SimpleWhitespace("")))
-
-    def build(node: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(node, cst.Call)
-        args = list(node.args)
-        args[-1] = args[-1].with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return node.with_changes(args=[*args, argument])
-
-    return build
 
 
 def _update_after(ctx: RuleContext, step: CallSite, scaler: str) -> None:

@@ -16,7 +16,7 @@ from amprewrite.analysis.unsafe_losses import UnsafeLoss
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.autocast import FORWARD_WRAPPED
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.expressions import as_float
+from amprewrite.rules.edits import as_float
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace, Wrap
 

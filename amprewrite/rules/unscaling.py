@@ -28,7 +28,7 @@ GRADIENTS_UNSCALED = declare(
 def unscale_before_use(ctx: RuleContext, points: list[Unscale]) -> None:
     seen: set[tuple[int, str]] = set()
     for point in points:
-        optimizer = " ".join(ctx.facts.module.code_for_node(point.optimizer).split())
+        optimizer = ctx.facts.one_line(point.optimizer)
         if (id(point.statement), optimizer) in seen:
             continue
         seen.add((id(point.statement), optimizer))

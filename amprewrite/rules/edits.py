@@ -1,0 +1,144 @@
+"""The CST edits rules share: arguments and container items added or removed keeping the
+source's style, statements removed or unwrapped, expressions made ready for `.attr`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import libcst as cst
+
+Builder = Callable[[cst.CSTNode], cst.CSTNode]
+
+_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+def as_receiver(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` ready to take `.attr`: `loss` stays, `a + b` becomes `(a + b)`."""
+    if isinstance(node, _ATOMIC) or node.lpar:
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def as_float(node: cst.CSTNode) -> cst.CSTNode:
+    """`x` -> `x.float()`, `a + b` -> `(a + b).float()`."""
+    assert isinstance(node, cst.BaseExpression)
+    return cst.Call(func=cst.Attribute(value=as_receiver(node), attr=cst.Name("float")))
+
+
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """`name=value`, spaced as PEP 8 spaces keyword arguments."""
+    return cst.Arg(value=value, keyword=cst.Name(name),
+                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                         whitespace_after=cst.SimpleWhitespace("")))
+
+
+def append_arguments(new: Sequence[cst.Arg]) -> Builder:
+    """A builder appending `new` to a call's arguments: `f(a)` -> `f(a, b=1)`; a call with a
+    trailing comma (often one argument per line) gets each new argument on its own line, the
+    trailing comma kept last."""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Call)
+        args = list(node.args)
+        space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if not args:
+            return node.with_changes(args=[*(a.with_changes(comma=space) for a in new[:-1]),
+                                           new[-1]])
+        last = args[-1]
+        if last.comma is cst.MaybeSentinel.DEFAULT:
+            args[-1] = last.with_changes(comma=space)
+            added = [*(a.with_changes(comma=space) for a in new[:-1]), new[-1]]
+        else:
+            separator = args[-2].comma if len(args) > 1 else last.comma
+            args[-1] = last.with_changes(comma=separator)
+            added = [*(a.with_changes(comma=separator) for a in new[:-1]),
+                     new[-1].with_changes(comma=last.comma)]
+        return node.with_changes(args=[*args, *added])
+
+    return build
+
+
+def remove(_: cst.CSTNode) -> cst.RemovalSentinel:
+    """A builder taking the node out of its parent (a statement, a decorator)."""
+    return cst.RemoveFromParent()
+
+
+def unwrap(node: cst.CSTNode) -> cst.FlattenSentinel:
+    """`with x:` / `if c:` -> its body, in place, with the comments above it kept."""
+    assert isinstance(node, cst.With | cst.If)
+    return in_place_of(node, list(node.body.body))
+
+
+def in_place_of(node: cst.BaseStatement, body: list[cst.BaseStatement]) -> cst.FlattenSentinel:
+    """`body` standing where `node` stood, the comments and blank lines above it kept."""
+    body[0] = body[0].with_changes(leading_lines=[*node.leading_lines, *body[0].leading_lines])
+    return cst.FlattenSentinel(body)
+
+
+Container = cst.Dict | cst.Call
+
+
+def _attribute(container: cst.CSTNode) -> str:
+    return "elements" if isinstance(container, cst.Dict) else "args"
+
+
+def insert_after(container: Container, anchor: cst.CSTNode, new: cst.CSTNode) -> Builder:
+    """A builder inserting `new` after `anchor`, with the separator and trailing-comma style
+    of the items around it."""
+    attribute = _attribute(container)
+    position = list(getattr(container, attribute)).index(anchor)
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        items = list(getattr(node, attribute))
+        current = items[position]
+        if position + 1 < len(items):
+            added = new.with_changes(comma=current.comma)
+        else:
+            separator = items[position - 1].comma if position > 0 else cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" "))
+            added = new.with_changes(comma=current.comma)
+            items[position] = current.with_changes(comma=separator)
+        return node.with_changes(**{attribute: [*items[: position + 1], added,
+                                                *items[position + 1 :]]})
+
+    return build
+
+
+def without(container: Container, item: cst.CSTNode) -> Builder:
+    """A builder removing `item` (found by structure, so other edits of the same container may
+    come first); when it was last, the new last item takes its comma."""
+    attribute = _attribute(container)
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        items = list(getattr(node, attribute))
+        position = next(i for i, candidate in enumerate(items)
+                        if candidate.deep_equals(item.with_changes(comma=candidate.comma)))
+        removed = items.pop(position)
+        if position == len(items) and position > 0:
+            items[-1] = items[-1].with_changes(comma=removed.comma)
+        return node.with_changes(**{attribute: items})
+
+    return build
+
+
+def one_per_line(build: Builder, indent: str) -> Builder:
+    """`build`, then its container's items one per line, `indent` deeper than the statement,
+    each with a trailing comma, the closing bracket on a line of its own (the common style
+    for a dict or call too long for one line)."""
+
+    def newline(extra: str) -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(extra))
+
+    def wrap(node: cst.CSTNode) -> cst.CSTNode:
+        built = build(node)
+        assert isinstance(built, Container)
+        attribute = _attribute(built)
+        items = list(getattr(built, attribute))
+        items = [item.with_changes(comma=cst.Comma(whitespace_after=newline(
+            indent if index + 1 < len(items) else ""))) for index, item in enumerate(items)]
+        if isinstance(built, cst.Dict):
+            return built.with_changes(elements=items, lbrace=cst.LeftCurlyBrace(
+                whitespace_after=newline(indent)), rbrace=cst.RightCurlyBrace())
+        return built.with_changes(args=items, whitespace_before_args=newline(indent))
+
+    return wrap
