@@ -8,6 +8,7 @@ and an order of magnitude cheaper than libcst's ScopeProvider.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -155,3 +156,25 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         nested = isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda)
         if not nested or current is node:
             stack.extend(children(current))
+
+
+@dataclass
+class FreshNames:
+    """Hands out names the module does not use, each at most once per rewrite."""
+
+    taken: set[str]
+    given: set[str] = field(default_factory=set)
+
+    def fresh(self, candidates: tuple[str, ...]) -> str:
+        """The first free candidate, else the first with the lowest free suffix (`loss_2`)."""
+        for name in candidates:
+            if name not in self.taken and name not in self.given:
+                return self._give(name)
+        counter = 2
+        while f"{candidates[0]}_{counter}" in self.taken | self.given:
+            counter += 1
+        return self._give(f"{candidates[0]}_{counter}")
+
+    def _give(self, name: str) -> str:
+        self.given.add(name)
+        return name

@@ -17,8 +17,9 @@ from typing import Protocol
 import libcst as cst
 
 from amprewrite.analysis.facts import Block, ModuleFacts, Statement
+from amprewrite.analysis.names import FreshNames
 
-_CANDIDATE_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 
 
 @dataclass(frozen=True)
@@ -29,16 +30,6 @@ class ScalerHome:
     block: Block  # the block it is created in
     index: int  # created before the statement at this index of `block`
     scope: str  # "attribute", "local" or "global" (for the finding's message)
-
-
-def fresh_name(facts: ModuleFacts, candidates: tuple[str, ...]) -> str:
-    for name in candidates:
-        if name not in facts.names:
-            return name
-    counter = 2
-    while f"{candidates[0]}_{counter}" in facts.names:
-        counter += 1
-    return f"{candidates[0]}_{counter}"
 
 
 class Use(Protocol):
@@ -52,9 +43,11 @@ class Use(Protocol):
 
 
 def find_scaler_home(
-    facts: ModuleFacts, uses: list[Use], optimizer_keys: set[str | None], global_index: int
+    facts: ModuleFacts, uses: list[Use], optimizer_keys: set[str | None], global_index: int,
+    names: FreshNames,
 ) -> ScalerHome:
-    name = fresh_name(facts, _CANDIDATE_NAMES)
+    """Where the one scaler lives, named by `names` (which reserves the name)."""
+    name = names.fresh(SCALER_NAMES)
     functions = {site.function for site in uses}
     classes = {facts.function_class.get(f) for f in functions if f is not None}
     if None not in functions and len(classes) == 1 and None not in classes:

@@ -17,7 +17,7 @@ from dataclasses import replace
 import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
-from amprewrite.analysis.names import receiver_key
+from amprewrite.analysis.names import FreshNames, receiver_key
 from amprewrite.analysis.scaler_home import find_scaler_home
 from amprewrite.options import Options
 from amprewrite.recipes import Recipe
@@ -56,9 +56,10 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         sharded=analysis.sharded,
         reproducible=options.reproducible,
     )
+    names = FreshNames(facts.names)
     style = (plain_style if options.plain else runtime_style)(
-        facts, options, needs, analysis.scaler_arguments)
-    ctx = RuleContext(facts, options, style.autocast, style=style)
+        facts, options, needs, analysis.scaler_arguments, names)
+    ctx = RuleContext(facts, options, style.autocast, style=style, names=names)
     if not analysis.escapes.stuck:
         autocast.decide_hoisted_losses(ctx, [r for s in regions.splits(analysis)
                                              for r in s.regions])
@@ -73,10 +74,9 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     uses = [*training.backwards, *training.steps, *(b.binding for b in builds),
             *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
     optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
-    home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis))
+    home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis), ctx.names)
     ctx.scaler_home = home
     ctx.scaler_expr = home.expression
-    ctx.names.given.add(home.expression)
     if options.plain:
         scheduler.decide_scale_variables(ctx, analysis.schedulers)
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.names import FreshNames
 from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options
@@ -16,28 +17,6 @@ from amprewrite.transform import Plan
 if TYPE_CHECKING:
     from amprewrite.analysis.scaler_home import ScalerHome
     from amprewrite.rules.styles import Style
-
-
-@dataclass
-class FreshNames:
-    """Hands out names the module does not use, each at most once per rewrite."""
-
-    taken: set[str]
-    given: set[str] = field(default_factory=set)
-
-    def fresh(self, candidates: tuple[str, ...]) -> str:
-        """The first free candidate, else the first with the lowest free suffix (`loss_2`)."""
-        for name in candidates:
-            if name not in self.taken and name not in self.given:
-                return self._give(name)
-        counter = 2
-        while f"{candidates[0]}_{counter}" in self.taken | self.given:
-            counter += 1
-        return self._give(f"{candidates[0]}_{counter}")
-
-    def _give(self, name: str) -> str:
-        self.given.add(name)
-        return name
 
 
 @dataclass
@@ -55,7 +34,7 @@ class RuleContext:
     plan: Plan = field(default_factory=Plan)
     notes: list[Note] = field(default_factory=list)
     file_findings: list[Finding] = field(default_factory=list)  # about the file, at 1:1
-    names: FreshNames = field(init=False)
+    names: FreshNames = None  # type: ignore[assignment]  # default: the module's own names
     # id(backward call whose receiver computes the loss) -> the variable it is hoisted into
     hoisted: dict[int, str] = field(default_factory=dict)
     # id(optimizer step call) -> variable holding the scale before `update()` (plain style)
@@ -67,7 +46,8 @@ class RuleContext:
     scaler_arguments: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        self.names = FreshNames(self.facts.names)
+        if self.names is None:
+            self.names = FreshNames(self.facts.names)
 
     def parse_statement(self, code: str) -> cst.SimpleStatementLine:
         statement = cst.parse_statement(code, config=self.facts.module.config_for_parsing)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from amprewrite.analysis.facts import ModuleFacts
-from amprewrite.analysis.scaler_home import fresh_name
+from amprewrite.analysis.names import FreshNames
 
 RUNTIME_MODULE = "amprewrite_runtime"
 
 
-def runtime_import(facts: ModuleFacts, symbols: list[str]) -> tuple[str, dict[str, str]]:
+def runtime_import(
+    facts: ModuleFacts, symbols: list[str], names: FreshNames
+) -> tuple[str, dict[str, str]]:
     """`from amprewrite_runtime import ...` and the local name of each symbol.
 
     A symbol whose name the module already uses as a name of its own (not only after a dot,
@@ -18,7 +20,7 @@ def runtime_import(facts: ModuleFacts, symbols: list[str]) -> tuple[str, dict[st
     parts = []
     for symbol in symbols:
         if symbol in facts.bare_names:
-            alias = fresh_name(facts, (f"amp_{symbol.lower()}",))
+            alias = names.fresh((f"amp_{symbol.lower()}",))
             local[symbol] = alias
             parts.append(f"{symbol} as {alias}")
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from amprewrite.analysis.facts import ModuleFacts
-from amprewrite.analysis.scaler_home import fresh_name
+from amprewrite.analysis.names import FreshNames
 from amprewrite.options import Options
 from amprewrite.rules.custom_function import Decorators
 from amprewrite.rules.imports import runtime_import, torch_name
@@ -35,7 +35,8 @@ class Style:
 
 
 def runtime_style(
-    facts: ModuleFacts, options: Options, needs: Needs, carried: tuple[str, ...] | None
+    facts: ModuleFacts, options: Options, needs: Needs, carried: tuple[str, ...] | None,
+    names: FreshNames,
 ) -> Style:
     """The runtime's API; `carried`: scaler arguments a migration kept from the script."""
     symbols = [name for name, used in (
@@ -43,7 +44,7 @@ def runtime_style(
         ("custom_bwd", needs.custom_functions), ("custom_fwd", needs.custom_functions),
         ("enable_reproducibility", needs.reproducible),
     ) if used]
-    import_code, local = runtime_import(facts, symbols)
+    import_code, local = runtime_import(facts, symbols, names)
     style = Style(imports=[import_code], seeding=local.get("enable_reproducibility", ""))
     dtype = f'dtype="{options.dtype}"' if options.dtype else ""
     if needs.autocast:
@@ -82,13 +83,14 @@ def _scaler_arguments(
 
 
 def plain_style(
-    facts: ModuleFacts, options: Options, needs: Needs, carried: tuple[str, ...] | None
+    facts: ModuleFacts, options: Options, needs: Needs, carried: tuple[str, ...] | None,
+    names: FreshNames,
 ) -> Style:
     """Plain torch.amp (`--plain`, which a migration's carried arguments never reach)."""
     torch = torch_name(facts)
     style = Style(imports=[] if torch else ["import torch"])
     torch = torch or "torch"
-    device = fresh_name(facts, ("amp_device", "autocast_device"))
+    device = names.fresh(("amp_device", "autocast_device"))
     style.definitions.append(f'{device} = "cuda" if {torch}.cuda.is_available() else "cpu"')
     dtype = f", dtype={torch}.{options.dtype}" if options.dtype else ""
     style.autocast = f"{torch}.autocast({device}{dtype})"

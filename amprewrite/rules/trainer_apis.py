@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite
+from amprewrite.analysis.scaler_home import SCALER_NAMES
 from amprewrite.analysis.trainer_apis import TrainerApis, TrainerClass
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
@@ -37,7 +38,7 @@ TRAINER_WITHOUT_INIT = declare(
 
 def adopt_trainer_apis(ctx: RuleContext, apis: TrainerApis, torch: str) -> None:
     """`ctx.autocast_call` is `torch.autocast("cuda")` (these APIs train on GPUs)."""
-    name = ctx.names.fresh(("scaler", "grad_scaler", "amp_scaler"))
+    name = ctx.names.fresh(SCALER_NAMES)
     for trainer in apis.classes:
         _adopt_class(ctx, trainer, f"self.{name}", torch)
     for runner in apis.runners:
