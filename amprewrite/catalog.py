@@ -100,12 +100,48 @@ def with_table(page: str) -> str:
     return f"{head}{TABLE_START}{findings_table()}{TABLE_END}{tail}"
 
 
+def rules_page() -> str:
+    """docs/rules.md: every recipe's rules in order, each with its codes and its examples
+    as the diff the rewrite makes."""
+    import difflib
+
+    from amprewrite.options import Options
+    from amprewrite.recipes import recipes
+
+    lines = ["# Rules", "", "Generated from the rule modules (`python -m amprewrite.catalog`): "
+             "each rule's codes and examples, which are also its tests "
+             "(`tests/test_rule_examples.py`). Recipes run their rules in this order; see "
+             "docs/architecture.md.", ""]
+    for recipe in recipes():
+        lines += [f"## Recipe `{recipe.name}`", ""]
+        for rule in recipe.rules:
+            module = rule.plan.__module__
+            lines += [f"### `{rule.name}` ({module.replace('.', '/')}.py)", ""]
+            lines += [f"- {code.id} ({code.severity.value}): {code.title}" for code in rule.codes]
+            lines.append("")
+            for example in rule.examples:
+                shown = ", ".join(code.id for code in example.codes)
+                flags = " ".join(f"{key}={value}" for key, value in vars(example.options).items()
+                                 if getattr(Options(), key) != value)
+                lines.append(f"Example ({shown}{'; ' + flags if flags else ''}):")
+                lines.append("")
+                if example.after is None:
+                    lines += ["```python", example.before.rstrip("\n"), "```",
+                              "", "is left as it is.", ""]
+                    continue
+                diff = difflib.unified_diff(example.before.splitlines(),
+                                            example.after.splitlines(), lineterm="", n=2)
+                lines += ["```diff", *list(diff)[2:], "```", ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def main() -> None:
-    """Regenerate the table in docs/findings.md (run from the repository root)."""
+    """Regenerate docs/findings.md's table and docs/rules.md (from the repository root)."""
     from pathlib import Path
 
     page = Path("docs/findings.md")
     page.write_text(with_table(page.read_text(encoding="utf-8")), encoding="utf-8")
+    Path("docs/rules.md").write_text(rules_page(), encoding="utf-8")
 
 
 if __name__ == "__main__":

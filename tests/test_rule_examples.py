@@ -35,3 +35,13 @@ def test_every_code_a_rule_names_is_declared() -> None:
     declared = codes()
     for rule in all_rules().values():
         assert all(declared[code] is code for code in rule.codes), rule.name
+
+
+def test_the_committed_rules_page_is_generated_from_the_rules() -> None:
+    from pathlib import Path
+
+    from amprewrite.catalog import rules_page
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
+    assert page.read_text(encoding="utf-8") == rules_page(), (
+        "run `python -m amprewrite.catalog` and commit docs/rules.md")
