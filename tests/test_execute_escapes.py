@@ -20,6 +20,8 @@ CASES = {  # fixture -> relative tolerance on the final loss
     "rule_escape_foreign_calls": 0.05,
     "rule_escape_returns_and_methods": 0.05,
     "model_output_object": 0.05,
+    "model_returns_attention_list": 0.05,
+    "rule_index_store_in_forward": 0.05,
     "rule_bce_inline_forward": 0.1,
     "rule_bce_inline_backward": 0.05,
     "sigmoid_forward_bce": 0.05,

@@ -118,15 +118,17 @@ class _Scopes:
     ) -> None:
         self.facts, self.kinds, self.in_region, self.skip = facts, kinds, in_region, skip
         self.returns: dict[str, tuple[bool, ...]] = {}  # function name -> low per element
+        self.held: dict[str, tuple[bool, ...]] = {}  # function name -> container per element
         self.result = Escapes()
         self.record = False
         self.under_caller = _run_under_caller(facts, kinds, in_region)
         self.by_name: dict[str, list[cst.FunctionDef]] = {}
         for function in facts.functions:
             self.by_name.setdefault(function.name.value, []).append(function)
-        self.parameter_uses: dict[tuple[str, bool], dict[int | str, str]] = {}
+        self.parameter_uses: dict[tuple[str, bool], dict[int | str, list[Escape]]] = {}
         self.model_forwards = _model_forwards(facts)  # `model` -> Net.forward for `Net()`
         self.forward_returns: dict[cst.FunctionDef, tuple[bool, ...]] = {}
+        self.forward_held: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.array_objects = {  # `writer = SummaryWriter(...)`, `run = wandb.init(...)`
             key for b in facts.bindings if isinstance(b.value, cst.Call)
             and _in_array_library(facts.imports.resolve(b.value.func) or "") for key in b.keys
@@ -142,16 +144,18 @@ class _Scopes:
             scope.block(function.body.body)
             if not record:
                 self.returns[function.name.value] = scope.returned
+                self.held[function.name.value] = scope.returned_containers
                 if function.name.value == "forward":
                     self.forward_returns[function] = scope.returned
+                    self.forward_held[function] = scope.returned_containers
 
-    def float32_parameters(self, call: cst.Call, autocast: bool) -> dict[int | str, str]:
+    def float32_parameters(self, call: cst.Call, autocast: bool) -> dict[int | str, list[Escape]]:
         """The parameters of the module function `call` reaches (by position, and by name)
-        whose value reaches a float32 use inside it, each with that use."""
+        whose value reaches a float32 use inside it, each with those uses."""
         name = (dotted(call.func) or "").removeprefix("self.")
         if (name, autocast) not in self.parameter_uses:
             self.parameter_uses[name, autocast] = {}  # a recursive call sees none
-            uses: dict[int | str, str] = {}
+            uses: dict[int | str, list[Escape]] = {}
             for function in self._callees(name):
                 uses.update(self._parameter_uses(function, name, autocast))
             self.parameter_uses[name, autocast] = uses
@@ -167,24 +171,34 @@ class _Scopes:
 
     def _parameter_uses(
         self, function: cst.FunctionDef, name: str, autocast: bool
-    ) -> dict[int | str, str]:
+    ) -> dict[int | str, list[Escape]]:
+        """Each parameter whose value makes a float32 use inside `function` low precision;
+        a use that is low whatever the arguments (a layer's output under autocast) is the
+        function's own, cast where it is, not the callers'."""
+        autocast = autocast or function in self.under_caller
         positional, keyword_only = self.facts.parameters(function)
-        uses: dict[int | str, str] = {}
+        own = {id(escape.node) for escape in self._probe(function, set(), autocast)}
+        uses: dict[int | str, list[Escape]] = {}
         for position, param in [*enumerate(positional), *((None, p) for p in keyword_only)]:
-            probe = _Scope(self, autocast=autocast or function in self.under_caller)
-            probe.low, probe.probe = {param}, []
-            probe.block(function.body.body)
-            if probe.probe:
-                use = f"{probe.probe[0]} in `{name}()`"
-                uses[param] = use
+            found = [Escape(e.node, e.statement, f"{e.use} in `{name}()`")
+                     for e in self._probe(function, {param}, autocast) if id(e.node) not in own]
+            if found:
+                uses[param] = found
                 if position is not None:
-                    uses[position] = use
+                    uses[position] = found
         return uses
+
+    def _probe(self, function: cst.FunctionDef, low: set[str], autocast: bool) -> list[Escape]:
+        """The float32 uses inside `function` that low-precision `low` reach."""
+        probe = _Scope(self, autocast=autocast)
+        probe.low, probe.probe = set(low), []
+        probe.block(function.body.body)
+        return probe.probe
 
 
 def _arguments_for(
-    call: cst.Call, parameters: dict[int | str, str]
-) -> Iterable[tuple[cst.Arg, str]]:
+    call: cst.Call, parameters: dict[int | str, list[Escape]]
+) -> Iterable[tuple[cst.Arg, list[Escape]]]:
     """The arguments of `call` bound to `parameters`, with the use of each."""
     position = 0
     for arg in call.args:
@@ -211,7 +225,10 @@ class _Scope:
         self.returned: tuple[bool, ...] = ()
         self.autocast = autocast
         self.statement: Statement | None = None
-        self.probe: list[str] | None = None  # set: only collect the uses a value reaches
+        self.probe: list[Escape] | None = None  # set: only collect the uses a value reaches
+        self.returned_containers: tuple[bool, ...] = ()  # which returned values are containers
+        self.layers: set[str] = set()  # loop variables over a model's submodules
+        self.counters: set[str] = set()  # loop variables counting (`for i in range(n)`)
 
     # Statements ---------------------------------------------------------------------------
     def block(self, body: Iterable[cst.CSTNode]) -> None:
@@ -232,6 +249,8 @@ class _Scope:
         elif isinstance(statement, cst.For):
             self.check(statement.iter)
             self.bind(statement.target, self.is_low(statement.iter))
+            self.layers.update(_submodules_iterated(statement))
+            self.counters.update(_counters(statement))
             self.block(statement.body.body)
             self.suite(statement.orelse)
         elif isinstance(statement, cst.If | cst.While):
@@ -275,9 +294,11 @@ class _Scope:
             elements = ([e.value for e in value.elements] if isinstance(value, cst.Tuple)
                         else [value])
             flags = tuple(self.is_low(e) for e in elements)
+            held = tuple(receiver_key(e) in self.containers for e in elements)
             if len(flags) == len(self.returned):  # several returns: low where any is
                 flags = tuple(a or b for a, b in zip(flags, self.returned, strict=True))
-            self.returned = flags
+                held = tuple(a or b for a, b in zip(held, self.returned_containers, strict=True))
+            self.returned, self.returned_containers = flags, held
         elif isinstance(small, cst.Expr):
             self.check(small.value)
             self.track_append(small.value)
@@ -292,11 +313,16 @@ class _Scope:
                 part = parts[position] if parts and len(parts) == len(target.elements) else None
                 element_low = self.is_low(part) if part is not None else (
                     low and not (unpacks_indices and position == 1))
+                held = False
                 if part is None and isinstance(value, cst.Call):
                     summary = self.summary(value)
                     if summary is not None and len(summary) == len(target.elements):
                         element_low = summary[position]
+                        returned = self.held(value)
+                        held = len(returned) == len(summary) and returned[position]
                 self.bind(element.value, element_low)
+                if held and element_low:
+                    self.hold(element.value)
             return
         if isinstance(target, cst.Subscript):
             key = receiver_key(target.value)
@@ -314,6 +340,14 @@ class _Scope:
                 self.appended.setdefault(key, [])
             else:
                 self.containers.discard(key)
+        if low and isinstance(value, cst.Call) and self.held(value) == (True,):
+            self.hold(target)
+
+    def hold(self, target: cst.BaseExpression) -> None:
+        """`target` holds a container of tensors filled elsewhere (no cast reaches them)."""
+        for key in target_keys(target):
+            self.containers.add(key)
+            self.appended.pop(key, None)
 
     def track_append(self, value: cst.BaseExpression) -> None:
         """`outputs.append(out)`: `outputs` now holds a low-precision tensor."""
@@ -379,8 +413,13 @@ class _Scope:
             return
         needs = self.s.float32_parameters(call, self.autocast)
         if needs:
-            for arg, use in _arguments_for(call, needs):
-                self.cast_if_low(arg.value, use)
+            for arg, uses in _arguments_for(call, needs):
+                if self.is_low(arg.value) and self.is_container(arg.value):
+                    # `.float()` fits the tensors, not the list: cast where they are used
+                    for use in uses:
+                        self.add(use.node, use.use, use.statement)
+                else:
+                    self.cast_if_low(arg.value, uses[0].use)
             return
         if self.autocast:
             return  # under autocast, models and matmuls take any float dtype
@@ -411,9 +450,26 @@ class _Scope:
 
     def check_store(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """`buffer[mask] = low` into a float32 buffer: index_put needs one dtype (autocast
-        or not), so the value is cast and the buffer stays float32."""
-        if isinstance(target, cst.Subscript) and self.is_buffer(target):
+        or not), so the value is cast and the buffer stays float32. Basic indexing
+        (`buffer[i] = low`, `buffer[:, 0] = low`) copies into a view, which converts."""
+        if isinstance(target, cst.Subscript) and self.is_buffer(target) \
+                and not self.basic_index(target):
             self.cast_if_low(value, "an index assignment into a float32 tensor")
+
+    def basic_index(self, target: cst.Subscript) -> bool:
+        """Whether every index is an int, a slice, `...` or `None`: no advanced indexing."""
+        for element in target.slice:
+            index = element.slice
+            if isinstance(index, cst.Slice):
+                continue
+            value = index.value
+            if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+                value = value.expression
+            if not (isinstance(value, cst.Integer | cst.Ellipsis)
+                    or (isinstance(value, cst.Name)
+                        and (value.value == "None" or value.value in self.counters))):
+                return False
+        return True
 
     def is_buffer(self, target: cst.Subscript) -> bool:
         """Whether `target` indexes a float32 tensor rather than a list or dict of values."""
@@ -432,8 +488,8 @@ class _Scope:
                     self.cast_if_low(entry.value, use)
             return
         if self.probe is not None:
-            if self.is_low(node):
-                self.probe.append(use)
+            if self.is_low(node) and self.statement is not None:
+                self.probe.append(Escape(node, self.statement, use))
             return
         if id(node) in self.s.skip or not self.is_low(node) or not self.s.record:
             return
@@ -456,16 +512,28 @@ class _Scope:
             return
         self.add(node, use)
 
-    def add(self, node: cst.BaseExpression, use: str) -> None:
-        if id(node) in self.s.skip:
+    def add(self, node: cst.BaseExpression, use: str, statement: Statement | None = None) -> None:
+        """Cast `node` (in `statement`, by default the current one) at this use."""
+        if self.probe is not None:
+            if statement is not None:
+                self.probe.append(Escape(node, statement, use))
+            return
+        if id(node) in self.s.skip or not self.s.record:
             return
         self.s.skip.add(id(node))
-        assert self.statement is not None
-        self.s.result.casts.append(Escape(node, self.statement, use))
+        statement = statement or self.statement
+        assert statement is not None
+        self.s.result.casts.append(Escape(node, statement, use))
+
+    def is_container(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` names a list or dict of tensors whose filling no cast reaches."""
+        key = receiver_key(node)
+        return key is not None and key in self.containers and not self.appended.get(key)
 
     def stuck(self, node: cst.CSTNode, use: str) -> None:
         if self.probe is not None:
-            self.probe.append(use)
+            if isinstance(node, cst.BaseExpression) and self.statement is not None:
+                self.probe.append(Escape(node, self.statement, use))
         elif self.s.record and self.statement is not None:
             self.s.result.stuck.append(Stuck(node, self.statement, use))
 
@@ -479,6 +547,14 @@ class _Scope:
             running_low = self.autocast or any(self.is_low(a.value) for a in call.args)
             return self.s.forward_returns.get(forward) if running_low else None
         return self.s.returns.get(name)
+
+    def held(self, call: cst.Call) -> tuple[bool, ...]:
+        """Which returned values of the module function (or model `forward`) `call` runs are
+        lists or dicts the function filled (`attentions.append(a)`; `return out, attentions`)."""
+        forward = self.s.model_forwards.get(dotted(call.func) or "")
+        if forward is not None:
+            return self.s.forward_held.get(forward, ())
+        return self.s.held.get((dotted(call.func) or "").removeprefix("self."), ())
 
     def is_low(self, node: cst.BaseExpression | None) -> bool:
         """Whether `node` may evaluate to a low-precision tensor (or a container of them)."""
@@ -538,6 +614,8 @@ class _Scope:
                 return self.autocast or args_low
             assert isinstance(func, cst.Attribute)
             return self.is_low(func.value) or (self.autocast and _is_layer_call(call))
+        if self.autocast and (dotted(func) in self.layers or _is_indexed_layer(func)):
+            return True  # `for layer in self.layers: layer(x)`, `self.blocks[i](x)`
         summary = self.summary(call)
         if summary is not None:
             return any(summary)
@@ -556,6 +634,41 @@ def _is_layer_call(call: cst.Call) -> bool:
     """`self.fc(x)` inside a model: a submodule's forward."""
     key = dotted(call.func) or ""
     return key.startswith("self.") and key.count(".") == 1
+
+
+def _is_indexed_layer(func: cst.BaseExpression) -> bool:
+    """`self.blocks[i]`: a submodule of a ModuleList."""
+    return isinstance(func, cst.Subscript) and _is_submodule(func.value)
+
+
+def _is_submodule(node: cst.BaseExpression) -> bool:
+    key = dotted(node) or ""
+    return key.startswith("self.") and key.count(".") == 1
+
+
+def _counters(loop: cst.For) -> set[str]:
+    """The loop variables that count: `for i in range(n)`, `i` of `for i, x in enumerate(xs)`."""
+    iterated, target = loop.iter, loop.target
+    if not isinstance(iterated, cst.Call):
+        return set()
+    name = dotted(iterated.func)
+    if name == "enumerate" and isinstance(target, cst.Tuple) and target.elements:
+        target = target.elements[0].value
+    elif name != "range":
+        return set()
+    return {key for key in [dotted(target)] if key is not None}
+
+
+def _submodules_iterated(loop: cst.For) -> set[str]:
+    """The loop variables bound to a model's submodules: `for layer in self.layers`,
+    `for i, block in enumerate(self.blocks)`."""
+    iterated, target = loop.iter, loop.target
+    if isinstance(iterated, cst.Call) and dotted(iterated.func) == "enumerate" and iterated.args \
+            and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        iterated, target = iterated.args[0].value, target.elements[1].value
+    if not _is_submodule(iterated):
+        return set()
+    return {name for name in [dotted(target)] if name is not None}
 
 
 def _elements(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
