@@ -11,7 +11,7 @@ import click
 
 from amprewrite import __version__
 from amprewrite.config import ConfigError, find_pyproject, read_config
-from amprewrite.discovery import find_targets
+from amprewrite.discovery import DEFAULT_INCLUDE, find_targets
 from amprewrite.filters import keep_findings
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
 from amprewrite.output_formats import print_github, print_json
@@ -54,6 +54,8 @@ STDIN = "-"
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when files were rewritten.")
 @click.option("--stdin-filename", default=STDIN, metavar="NAME",
               help="Name shown for `-` in findings and diffs.")
+@click.option("--include", default=DEFAULT_INCLUDE, show_default=True, metavar="REGEX",
+              help="Files a directory walk takes: Python sources and Jupyter notebooks.")
 @click.option("--exclude", default=None, metavar="REGEX",
               help="Files and directories to leave out of directory walks (replaces the "
                    "config's).")
@@ -92,6 +94,7 @@ def main(
     check: bool,
     exit_zero: bool,
     stdin_filename: str,
+    include: str,
     exclude: str | None,
     extend_exclude: str | None,
     force_exclude: bool,
@@ -103,10 +106,13 @@ def main(
     quiet: bool,
     verbose: bool,
 ) -> None:
-    """Rewrite FP32 PyTorch training scripts into mixed-precision ones, in place.
+    """Rewrite FP32 PyTorch training scripts and Jupyter notebooks into mixed-precision ones,
+    in place.
 
-    Directories are walked for *.py files; `-` reads standard input and writes the result to
-    standard output. Findings go to standard error as `path:line:col: AMPnnn message`.
+    Directories are walked for *.py and *.ipynb files; `-` reads standard input and writes the
+    result to standard output (a notebook with --stdin-filename NAME.ipynb). Findings go to
+    standard error as `path:line:col: AMPnnn message` (`path:cell N:line:col: ...` in a
+    notebook, cells counted from 1, markdown cells included).
 
     Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
     0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written.
@@ -125,8 +131,9 @@ def main(
     write = not (check or show_diff)
     outcomes = [_stdin(stdin_filename, options, write)] if STDIN in paths else []
     excludes = _patterns(settings["exclude"], settings["extend_exclude"])
+    [include] = _patterns(settings["include"] or DEFAULT_INCLUDE)
     found = find_targets([Path(path) for path in paths if path != STDIN], excludes,
-                         root if settings["force_exclude"] else None)
+                         root if settings["force_exclude"] else None, include)
     outcomes.extend(run_files(found.targets, options, write, jobs,
                               progress=output_format == "text"))
     codes = _codes(settings["select"]), _codes(settings["ignore"])
@@ -201,7 +208,7 @@ def entry_point() -> None:
 
 
 _CONFIGURABLE = ("opt_level", "dtype", "plain", "keep_batchnorm_fp32", "master_weights",
-                 "loss_scale", "reproducible", "seed", "exclude", "extend_exclude",
+                 "loss_scale", "reproducible", "seed", "include", "exclude", "extend_exclude",
                  "force_exclude", "select", "ignore")
 
 
@@ -227,7 +234,7 @@ def _patterns(*patterns: str | None) -> tuple[re.Pattern[str], ...]:
     try:
         return tuple(re.compile(p) for p in patterns if p)
     except re.error as exc:
-        raise click.UsageError(f"invalid exclude pattern: {exc}") from exc
+        raise click.UsageError(f"invalid include or exclude pattern: {exc}") from exc
 
 
 def _codes(value: str | None) -> tuple[str, ...]:

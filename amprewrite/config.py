@@ -14,7 +14,8 @@ from typing import Any
 KEYS = {
     "opt-level": str, "dtype": str, "plain": bool, "keep-batchnorm-fp32": bool,
     "master-weights": bool, "loss-scale": (str, int, float), "reproducible": bool, "seed": int,
-    "exclude": str, "extend-exclude": str, "force-exclude": bool, "select": list, "ignore": list,
+    "include": str, "exclude": str, "extend-exclude": str, "force-exclude": bool,
+    "select": list, "ignore": list,
 }
 
 

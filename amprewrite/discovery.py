@@ -1,5 +1,6 @@
-"""Which files to process: explicit paths always; directories walked for `*.py`, sorted,
-honouring `.gitignore` files and the `exclude` / `extend-exclude` patterns."""
+"""Which files to process: explicit paths always; directories walked for `*.py` and `*.ipynb`
+(the `include` pattern), sorted, honouring `.gitignore` files and the `exclude` /
+`extend-exclude` patterns."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ SKIPPED_DIRECTORIES = frozenset({
     "venv", ".venv", ".tox", ".nox", ".git", ".hg", ".svn", "build", "dist", "_build",
     "buck-out", ".eggs", ".mypy_cache", ".ruff_cache", ".pytest_cache",
 })
+
+
+# The files a directory walk takes, searched in the `/`-separated path (as black's --include):
+# Python sources and Jupyter notebooks.
+DEFAULT_INCLUDE = r"\.(py|ipynb)$"
 
 
 class Target(NamedTuple):
@@ -39,13 +45,15 @@ def find_targets(
     paths: list[Path],
     excludes: tuple[re.Pattern[str], ...] = (),
     force_exclude_root: Path | None = None,
+    include: re.Pattern[str] | None = None,
 ) -> Discovery:
     """Files to process, in a deterministic order, each once, and how many paths were left out.
 
-    A path named explicitly is processed whatever its suffix; a directory contributes its
-    `*.py` files in sorted order, minus what `.gitignore` files and `excludes` (regular
-    expressions searched in the `/`-separated path relative to the walked directory, with a
-    leading `/`, as black does) leave out. With `force_exclude_root` (`--force-exclude`), the
+    A path named explicitly is processed whatever its suffix; a directory contributes the
+    files `include` matches (default DEFAULT_INCLUDE: `*.py` and `*.ipynb`) in sorted order,
+    minus what `.gitignore` files and `excludes` leave out (`include` and `excludes` are
+    regular expressions searched in the `/`-separated path relative to the walked directory,
+    with a leading `/`, as black does). With `force_exclude_root` (`--force-exclude`), the
     `excludes` also apply to paths named explicitly, relative to that directory (as black and
     ruff do: pre-commit names every staged file). A file reached twice keeps its first
     position and counts as explicit if it was ever named explicitly.
@@ -58,7 +66,7 @@ def find_targets(
             continue
         walked = path.is_dir()
         if walked:
-            candidates, left_out = _walk(path, excludes)
+            candidates, left_out = _walk(path, excludes, include or re.compile(DEFAULT_INCLUDE))
             excluded += left_out
         else:
             candidates = [path]
@@ -94,8 +102,11 @@ def skipped(directory: Path) -> bool:
     )
 
 
-def _walk(top: Path, excludes: tuple[re.Pattern[str], ...]) -> tuple[list[Path], int]:
-    """The `*.py` files under `top`, and how many files and directories were left out."""
+def _walk(
+    top: Path, excludes: tuple[re.Pattern[str], ...], include: re.Pattern[str]
+) -> tuple[list[Path], int]:
+    """The files under `top` that `include` matches, and how many files and directories were
+    left out."""
     files: list[Path] = []
     excluded = 0
     ignores: list[tuple[Path, pathspec.PathSpec]] = []
@@ -105,18 +116,22 @@ def _walk(top: Path, excludes: tuple[re.Pattern[str], ...]) -> tuple[list[Path],
             lines = (here / ".gitignore").read_text(errors="replace").splitlines()
             ignores.append((here, _gitignore(lines)))
 
+        def shown(path: Path, is_dir: bool) -> str:
+            return "/" + path.relative_to(top).as_posix() + ("/" if is_dir else "")
+
         def left_out(path: Path, is_dir: bool) -> bool:
-            relative = "/" + path.relative_to(top).as_posix() + ("/" if is_dir else "")
+            relative = shown(path, is_dir)
             if any(pattern.search(relative) for pattern in excludes):
                 return True
             return any(_ignored(spec, base, path, is_dir) for base, spec in ignores)
 
         kept = sorted(d for d in dirnames if not skipped(here / d))
         dirnames[:] = [d for d in kept if not left_out(here / d, True)]
-        python = [here / name for name in filenames if name.endswith(".py")]
-        included = [path for path in python if not left_out(path, False)]
+        matching = [here / name for name in filenames
+                    if include.search(shown(here / name, False))]
+        included = [path for path in matching if not left_out(path, False)]
         files.extend(included)
-        excluded += len(kept) - len(dirnames) + len(python) - len(included)
+        excluded += len(kept) - len(dirnames) + len(matching) - len(included)
     return sorted(files), excluded
 
 

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 TEMPORARY_SUFFIX = ".amprewrite"
@@ -30,21 +31,30 @@ def read_source(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> None:
+def check_compiles(path: Path, data: bytes) -> None:
+    """A Python source must compile (`UnparsableOutput` otherwise)."""
+    try:
+        compile(data, str(path), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes, bad encoding declared
+        detail = f"{type(exc).__name__}: {exc}"
+        raise UnparsableOutput(f"the rewritten source does not parse ({detail})") from exc
+
+
+def write_atomically(
+    path: Path, data: bytes, expected: bytes | None = None,
+    check: Callable[[Path, bytes], None] = check_compiles,
+) -> None:
     """Replace the content of `path` with `data`, or raise and leave it as it was.
 
-    `data` must compile (`UnparsableOutput` otherwise). When `expected` is given and the file no
+    `check(path, data)` must pass (a Python source must compile; a notebook, another check
+    raising `UnparsableOutput`). When `expected` is given and the file no
     longer holds it, someone else changed it meanwhile: `ChangedOnDisk`. The data goes to a
     temporary file beside the target, is fsynced and given the target's mode, then renamed
     over it, so either the old or the new content is visible at every moment. A symbolic link
     is written through: the link stays, its target changes. A read-only file raises
     `PermissionError`, also for root.
     """
-    try:
-        compile(data, str(path), "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes, bad encoding declared
-        detail = f"{type(exc).__name__}: {exc}"
-        raise UnparsableOutput(f"the rewritten source does not parse ({detail})") from exc
+    check(path, data)
     target = path.resolve()
     mode = stat.S_IMODE(target.stat().st_mode)
     if not mode & 0o222 or not os.access(target, os.W_OK):

@@ -1,5 +1,6 @@
 """Which findings to keep: `--select`/`--ignore` by code prefix, and `# amprewrite: ignore`
-comments (`# amprewrite: ignore[AMP110]`, or every code without brackets) on a line."""
+comments (`# amprewrite: ignore[AMP110]`, or every code without brackets) on a line (of the
+finding's cell, in a notebook)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import replace
 
 from amprewrite.catalog import Severity
 from amprewrite.findings import Finding
+from amprewrite.notebook_cells import cell_of
 from amprewrite.runner import FileOutcome
 
 _MARKER = re.compile(rb"#\s*amprewrite:\s*ignore(?:\[([A-Z0-9,\s]+)\])?")
@@ -17,8 +19,18 @@ def keep_findings(
     outcome: FileOutcome, select: tuple[str, ...], ignore: tuple[str, ...]
 ) -> FileOutcome:
     """The outcome with the findings the user asked not to see taken out (never errors)."""
-    suppressed = _suppressions(outcome.before)
-    kept = [f for f in outcome.findings if _wanted(f, select, ignore, suppressed)]
+    comments: dict[int | None, dict[int, set[str] | None]] = {}
+
+    def suppressed(finding: Finding) -> dict[int, set[str] | None]:
+        cell = cell_of(finding)
+        if cell not in comments:
+            cells = outcome.cells
+            source = outcome.before if cell is None or cells is None else (
+                cells.before[cell - 1].encode())
+            comments[cell] = _suppressions(source)
+        return comments[cell]
+
+    kept = [f for f in outcome.findings if _wanted(f, select, ignore, suppressed(f))]
     return replace(outcome, findings=kept)
 
 

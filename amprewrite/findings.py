@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amprewrite.catalog import ERROR, NOTE, Severity, declare, severity_of
+from amprewrite.catalog import ERROR, NOTE, SKIP, Severity, declare, severity_of
 
 NOTHING_TO_DO = declare(
     "AMP001", NOTE, "no training step or model forward pass found",
@@ -31,6 +31,14 @@ CANNOT_PARSE = declare(
 CANNOT_PROCESS = declare(
     "AMP004", ERROR, "file cannot be read or written",
     "Check the path, its permissions and its encoding.",
+)
+
+CELL_CANNOT_PARSE = declare(
+    "AMP005", SKIP, "notebook cell cannot be parsed",
+    "The cell is left unchanged and out of the analysis; the rest of the notebook is still "
+    "rewritten. Fix its syntax (IPython's magics, `!` commands and `?` help are understood; a "
+    "cell whose cell magic runs something other than Python, such as `%%bash`, is skipped "
+    "without a finding).",
 )
 
 

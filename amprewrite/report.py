@@ -7,6 +7,7 @@ import io
 import re
 import tokenize
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import PurePath
 from typing import Any
 
@@ -14,6 +15,7 @@ import click
 
 from amprewrite.catalog import Severity, lookup
 from amprewrite.findings import NOTHING_TO_DO, Finding
+from amprewrite.notebook_cells import position
 from amprewrite.runner import FileOutcome, Status
 
 EXIT_NOTHING_TO_CHANGE = 0
@@ -61,9 +63,9 @@ def visible(finding: Finding, explicit: bool, verbosity: Verbosity) -> bool:
 
 
 def report_findings(outcome: FileOutcome, verbosity: Verbosity, would: bool) -> None:
-    """The file's visible findings by line, then (verbose) its status, on stderr; with
-    `would` (--check/--diff), changes in the conditional."""
-    for finding in sorted(outcome.findings, key=lambda f: (f.line, f.col, f.code)):
+    """The file's visible findings by line (a notebook's by cell, then line), then (verbose)
+    its status, on stderr; with `would` (--check/--diff), changes in the conditional."""
+    for finding in sorted(outcome.findings, key=position):
         if visible(finding, outcome.explicit, verbosity):
             shown = in_mood(finding, would)
             click.echo(shown.format(outcome.path), err=True)
@@ -76,7 +78,7 @@ def in_mood(finding: Finding, would: bool) -> Finding:
     code = lookup(finding.code)
     if not would or code is None or code.severity is not Severity.CHANGE:
         return finding
-    return Finding(finding.code, finding.line, finding.col, conditional(finding.message))
+    return replace(finding, message=conditional(finding.message))  # a CellFinding stays one
 
 
 # A change's past participle: a word ending in -ed or an irregular one, not the message's first
@@ -126,11 +128,20 @@ def status_text(status: Status, would: bool) -> str:
 
 
 def print_diff(outcome: FileOutcome) -> None:
-    """A unified diff of the outcome on stdout; coloured only when stdout is a terminal."""
-    before, after = _lines(outcome.before), _lines(outcome.after)
+    """A unified diff of the outcome on stdout, for a notebook one per changed cell (headed
+    `train.ipynb:cell 5`, as black and nbQA show them); coloured only on a terminal."""
+    if outcome.cells is None:
+        _print_diff(_lines(outcome.before), _lines(outcome.after), outcome.path)
+        return
+    for number in outcome.cells.changed():
+        before, after = outcome.cells.before[number - 1], outcome.cells.after[number - 1]
+        _print_diff(_cell_lines(before), _cell_lines(after), f"{outcome.path}:cell {number}")
+
+
+def _print_diff(before: list[str], after: list[str], name: str) -> None:
     import difflib  # imported here: only --diff needs it
 
-    diff = difflib.unified_diff(before, after, outcome.path, outcome.path)
+    diff = difflib.unified_diff(before, after, name, name)
     for index, line in enumerate(diff):
         body = line.rstrip("\r\n")
         ending = line[len(body):] or "\n\\ No newline at end of file\n"
@@ -151,6 +162,15 @@ def _lines(source: bytes) -> list[str]:
     except (SyntaxError, LookupError, UnicodeError):
         text = source.decode("utf-8", "replace")
     return io.StringIO(text, newline="").readlines()  # keeps \r\n; no split on \f or \x1c
+
+
+def _cell_lines(source: str) -> list[str]:
+    """A cell's lines, the last one ended like the others (a cell's source has no final
+    newline, which a diff of a file would flag)."""
+    lines = io.StringIO(source, newline="").readlines()
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines[-1] += "\n"
+    return lines
 
 
 def summary(outcomes: list[FileOutcome], would: bool, excluded: int = 0) -> str:

@@ -1,20 +1,26 @@
 """Process one file: read, rewrite, and (unless only checking) write the result.
 
-Nothing here raises for a bad file: every failure becomes an AMP003/AMP004 finding on that
-file's outcome, so the other files are still processed.
+A Python source goes through the engine; a notebook (`*.ipynb`) through `notebooks`, which
+imports nbformat, so a run that meets no notebook never loads it. Nothing here raises for a
+bad file: every failure becomes an AMP003/AMP004 finding on that file's outcome, so the
+other files are still processed.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from amprewrite import engine
 from amprewrite.engine import RewriteError
 from amprewrite.fileio import UnparsableOutput, WriteRefused, read_source, write_atomically
 from amprewrite.findings import CANNOT_PARSE, CANNOT_PROCESS, Finding
 from amprewrite.options import Options
+
+if TYPE_CHECKING:
+    from amprewrite.notebook_cells import NotebookCells
 
 LEFT_ALONE = "file left unchanged"
 
@@ -35,10 +41,19 @@ class FileOutcome:
     before: bytes = b""
     after: bytes = b""
     explicit: bool = True  # named on the command line (not found by walking a directory)
+    cells: NotebookCells | None = None  # a notebook's cell sources, before and after
+
+
+def is_notebook(path: str) -> bool:
+    """Whether `path` names a Jupyter notebook (`*.ipynb`)."""
+    return path.lower().endswith(".ipynb")
 
 
 def process_source(path: str, source: bytes, options: Options, explicit: bool) -> FileOutcome:
-    """Rewrite `source` in memory (`after` is `source` itself unless it changed)."""
+    """Rewrite `source` in memory (`after` is `source` itself unless it changed); a notebook
+    when `path` names one."""
+    if is_notebook(path):
+        return _process_notebook(path, source, options, explicit)
     try:
         result = engine.rewrite_source(source, options)
         if not isinstance(result.source, bytes):
@@ -49,6 +64,18 @@ def process_source(path: str, source: bytes, options: Options, explicit: bool) -
     status = Status.CHANGED if changed else Status.UNCHANGED
     return FileOutcome(path, status, list(result.findings), source,
                        result.source if changed else source, explicit)
+
+
+def _process_notebook(path: str, source: bytes, options: Options, explicit: bool) -> FileOutcome:
+    from amprewrite.notebooks import rewrite_notebook
+
+    try:
+        result = rewrite_notebook(source, options)
+    except Exception as exc:
+        return _failed(path, explicit, _rewrite_failure(exc), source)
+    status = Status.CHANGED if result.changed else Status.UNCHANGED
+    return FileOutcome(path, status, result.findings, source, result.source, explicit,
+                       result.cells)
 
 
 def process_file(path: Path, options: Options, write: bool, explicit: bool) -> FileOutcome:
@@ -64,10 +91,17 @@ def process_file(path: Path, options: Options, write: bool, explicit: bool) -> F
     outcome = process_source(shown, source, options, explicit)
     if write and outcome.status is Status.CHANGED:
         try:
-            write_atomically(path, outcome.after, expected=source)
+            if outcome.cells is not None:
+                from amprewrite.notebook_json import check_json
+
+                write_atomically(path, outcome.after, expected=source, check=check_json)
+            else:
+                write_atomically(path, outcome.after, expected=source)
         except Exception as exc:
             outcome.status = Status.FAILED
             outcome.after = source
+            outcome.cells = None if outcome.cells is None else replace(
+                outcome.cells, after=outcome.cells.before)
             outcome.findings.append(_write_failure(exc))
     return outcome
 
