@@ -2,26 +2,32 @@
 
     from amprewrite_runtime import GradScaler, autocast
 
-One precision policy drives both: the opt level (`AMPREWRITE_OPT_LEVEL` overrides the
-script's, so `AMPREWRITE_OPT_LEVEL=O0` runs a rewritten script in plain FP32), the device (where
-the loss lives, else CUDA when available, else the CPU) and the dtype (float16 on CUDA,
-bfloat16 on the CPU; `AMPREWRITE_DTYPE` overrides). Depends on torch only.
+One precision policy drives both (`policy.current_policy()`): the opt level
+(`AMPREWRITE_OPT_LEVEL` overrides the script's, so `AMPREWRITE_OPT_LEVEL=O0` runs a rewritten
+script in plain FP32), the device (where the loss lives, else CUDA when available, else the
+CPU) and the dtype (float16 on CUDA, bfloat16 on the CPU; `AMPREWRITE_DTYPE` overrides).
+Reproducible data loading lives in `amprewrite_runtime.data`. Depends on torch only.
 """
 
 from amprewrite_runtime.autocast import autocast, custom_bwd, custom_fwd
-from amprewrite_runtime.policy import resolve_device, resolve_dtype, resolve_opt_level
-from amprewrite_runtime.reproducibility import DataLoaderSeeding, enable_reproducibility
-from amprewrite_runtime.samplers import make_batch_sampler
+from amprewrite_runtime.policy import (
+    current_policy,
+    reset_policy,
+    resolve_device,
+    resolve_dtype,
+    resolve_opt_level,
+)
+from amprewrite_runtime.reproducibility import enable_reproducibility
 from amprewrite_runtime.scaler import GradScaler
 
 __all__ = [
-    "DataLoaderSeeding",
     "GradScaler",
     "autocast",
+    "current_policy",
     "custom_bwd",
     "custom_fwd",
     "enable_reproducibility",
-    "make_batch_sampler",
+    "reset_policy",
     "resolve_device",
     "resolve_dtype",
     "resolve_opt_level",

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from amprewrite_runtime import cpu_rnn
-from amprewrite_runtime.policy import as_dtype, autocast_settings, resolve_device
+from amprewrite_runtime.policy import as_dtype, current_policy
 
 
 def autocast(dtype: str | torch.dtype | None = None, *, enabled: bool = True) -> torch.autocast:
@@ -19,7 +19,7 @@ def autocast(dtype: str | torch.dtype | None = None, *, enabled: bool = True) ->
     `patch_torch_functions=False`), so their autocast regions are disabled too. On a CPU
     whose oneDNN lacks the dtype, LSTMs in a region run in float32 (see `cpu_rnn`).
     """
-    device, low_precision, at_this_level = autocast_settings(dtype)
+    device, low_precision, at_this_level = current_policy().autocast_settings(dtype)
     if device == "cpu":
         cpu_rnn.prepare(low_precision)
     return torch.autocast(device, dtype=low_precision, enabled=enabled and at_this_level)
@@ -52,7 +52,7 @@ def _per_device(
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        device = resolve_device()
+        device = current_policy().device_type()
         if device not in decorated:
             decorated[device] = decorate(function, device)
         return decorated[device](*args, **kwargs)

@@ -44,7 +44,8 @@ def onednn_runs_lstm(dtype: torch.dtype) -> bool:
         return True
     _probing = dtype
     try:
-        with torch.autocast("cpu", dtype=dtype):  # with grad: the training primitive
+        # With grad (the training primitive), and without drawing from the script's RNG.
+        with torch.random.fork_rng(devices=[]), torch.autocast("cpu", dtype=dtype):
             torch.nn.LSTM(1, 1)(torch.zeros(1, 1, 1))
     except RuntimeError:
         return False
@@ -59,9 +60,11 @@ def _rnn_layer_in_supported_dtype(*args: Any) -> Any:
     dtype = torch.get_autocast_dtype("cpu")
     runs = dtype == _probing or onednn_runs_lstm(dtype)
     target = dtype if runs else torch.float32
-    autocast_off = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
-    with torch._C._ExcludeDispatchKeyGuard(autocast_off):
+    torch.set_autocast_enabled("cpu", False)  # run the op itself, not this kernel again
+    try:
         return getattr(torch.ops.aten, _OP)(*_cast(args, target))
+    finally:
+        torch.set_autocast_enabled("cpu", True)  # this kernel runs only when it was
 
 
 def _cast(value: Any, dtype: torch.dtype) -> Any:

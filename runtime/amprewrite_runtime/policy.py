@@ -1,14 +1,19 @@
-"""One place decides the precision policy: opt level, device type and dtype.
+"""The precision policy: one object decides the opt level, the device type and the dtype.
 
 Resolution order, for each setting:
-- opt level: `AMPREWRITE_OPT_LEVEL` > the script's argument (a `GradScaler(opt_level)`
-  declares it for the whole process, autocast regions included) > "O1";
-- dtype: `AMPREWRITE_DTYPE` > the script's argument (`autocast(dtype)`, else the one a
-  `GradScaler(dtype=...)` declared) > float16 on CUDA, bfloat16 elsewhere;
-- device type: `AMPREWRITE_DEVICE` > the script's argument > where the last scaled loss lived
-  > "cuda" when CUDA is available, else "cpu".
+- opt level: `AMPREWRITE_OPT_LEVEL` > the caller's argument > the level the script's
+  `GradScaler(opt_level)` declared > "O1";
+- dtype: `AMPREWRITE_DTYPE` > the caller's argument (`autocast(dtype)`) > the dtype a
+  `GradScaler(dtype=...)` declared > float16 on CUDA, bfloat16 elsewhere;
+- device type: `AMPREWRITE_DEVICE` > the caller's argument > the device training was observed
+  on (a `GradScaler(device_type=...)`, the model at `initialize()`, the last scaled loss) >
+  "cuda" when CUDA is available, else "cpu".
 
-Environment variables are read once, at first use; tests call `_reset()` after changing them.
+A process has one current policy, `current_policy()`, created at first use from the
+environment. Scalers write to it, explicitly: `declare()` when created, `observe_device()` when
+they learn where training runs, so that autocast regions opened afterwards follow them.
+`reset_policy()` forgets it; the next use reads the environment again (tests call it after
+changing `AMPREWRITE_*` variables).
 """
 
 from __future__ import annotations
@@ -26,37 +31,144 @@ ENV_OPT_LEVEL = "AMPREWRITE_OPT_LEVEL"
 ENV_DTYPE = "AMPREWRITE_DTYPE"
 ENV_DEVICE = "AMPREWRITE_DEVICE"
 
+AutocastSettings = tuple[str, torch.dtype, bool]  # device type, dtype, enabled
+
 
 @dataclass(frozen=True)
 class Overrides:
     """Settings from the environment, which win over the script's own arguments."""
 
-    opt_level: str | None
-    dtype: torch.dtype | None
-    device_type: str | None
+    opt_level: str | None = None
+    dtype: torch.dtype | None = None
+    device_type: str | None = None
 
-
-class _State:
-    overrides: Overrides | None = None
-    last_device: str | None = None  # device type of the last loss a scaler scaled
-    declared_level: str | None = None  # the opt level the script's GradScaler asked for
-    declared_dtype: torch.dtype | None = None  # the dtype the script's GradScaler asked for
-    default_device: str | None = None
-    # autocast()'s (device type, dtype, enabled) with no arguments; forgotten whenever a
-    # setting it depends on changes (a rewritten step builds one autocast per iteration).
-    autocast: tuple[str, torch.dtype, bool] | None = None
-
-
-def overrides() -> Overrides:
-    """The environment's settings, read and validated once (until `_reset()`)."""
-    if _State.overrides is None:
+    @classmethod
+    def from_environment(cls) -> Overrides:
+        """`AMPREWRITE_OPT_LEVEL`, `AMPREWRITE_DTYPE` and `AMPREWRITE_DEVICE`, validated."""
         dtype = _env_choice(ENV_DTYPE, ("float16", "bfloat16"))
-        _State.overrides = Overrides(
-            opt_level=_env_choice(ENV_OPT_LEVEL, OPT_LEVELS),
-            dtype=DTYPES[dtype] if dtype else None,
-            device_type=_env_device(),
-        )
-    return _State.overrides
+        return cls(opt_level=_env_choice(ENV_OPT_LEVEL, OPT_LEVELS),
+                   dtype=DTYPES[dtype] if dtype else None, device_type=_env_device())
+
+
+class Policy:
+    """The opt level, device type and dtype in force (see the module docstring)."""
+
+    def __init__(self, overrides: Overrides | None = None) -> None:
+        self.overrides = overrides or Overrides()
+        self.declared_level: str | None = None  # the opt level the script's GradScaler asked for
+        self.declared_dtype: torch.dtype | None = None  # the dtype it asked for
+        self.observed_device: str | None = None  # the device type training was seen on
+        self._default_device: str | None = None
+        # autocast()'s settings without arguments, kept until a setting they depend on changes
+        # (a rewritten step opens one autocast region per iteration).
+        self._autocast: AutocastSettings | None = None
+
+    def declare(self, opt_level: str | None, dtype: torch.dtype | None) -> None:
+        """The script's own opt level and dtype (from its GradScaler), used where no other
+        is given; None declares none."""
+        if opt_level is not None:
+            _check_level(opt_level)
+        self.declared_level = opt_level
+        self.declared_dtype = dtype
+        self._autocast = None
+
+    def observe_device(self, device_type: str) -> None:
+        """Where training runs (a scaled loss's device type), for later autocast regions."""
+        if device_type != self.observed_device:
+            self.observed_device = device_type
+            self._autocast = None
+
+    def opt_level(self, requested: str | None = None) -> str:
+        """The environment's level, else `requested`, else the declared one, else "O1"."""
+        level = self.overrides.opt_level or requested or self.declared_level or "O1"
+        _check_level(level)
+        return level
+
+    def device_type(self, requested: str | None = None) -> str:
+        """The environment's device type, else `requested`, else the observed one, else
+        "cuda" when CUDA is available, else "cpu"."""
+        device = self.overrides.device_type or requested or self.observed_device
+        if device is not None:
+            return device
+        if self._default_device is None:
+            self._default_device = "cuda" if torch.cuda.is_available() else "cpu"
+        return self._default_device
+
+    def dtype(self, device_type: str, requested: str | torch.dtype | None = None) -> torch.dtype:
+        """The environment's dtype, else `requested`, else the declared one, else the
+        device's default (float16 on CUDA, bfloat16 elsewhere)."""
+        dtype = self.overrides.dtype or as_dtype(requested) or self.declared_dtype
+        if dtype is not None:
+            return dtype
+        return torch.float16 if device_type == "cuda" else torch.bfloat16
+
+    def autocast_settings(self, requested: str | torch.dtype | None = None) -> AutocastSettings:
+        """An autocast region's device type and dtype, and whether the opt level enables it
+        (O1 only: O2/O3 cast the model instead)."""
+        if requested is None and self._autocast is not None:
+            return self._autocast
+        device = self.device_type()
+        settings = (device, self.dtype(device, requested),
+                    LEVELS[self.opt_level()].patch_functions)
+        if requested is None:
+            self._autocast = settings
+        return settings
+
+
+_current: Policy | None = None
+
+
+def current_policy() -> Policy:
+    """The process's policy, created from the environment at first use."""
+    global _current
+    if _current is None:
+        _current = Policy(Overrides.from_environment())
+    return _current
+
+
+def reset_policy() -> None:
+    """Forget the process's policy: the next use reads the environment again and knows
+    nothing declared or observed (scalers created before keep the policy they were given)."""
+    global _current
+    _current = None
+
+
+def resolve_opt_level(requested: str | None = None) -> str:
+    """`current_policy().opt_level(requested)`."""
+    return current_policy().opt_level(requested)
+
+
+def resolve_device(requested: str | None = None) -> str:
+    """`current_policy().device_type(requested)`."""
+    return current_policy().device_type(requested)
+
+
+def resolve_dtype(device_type: str, requested: str | torch.dtype | None = None) -> torch.dtype:
+    """`current_policy().dtype(device_type, requested)`."""
+    return current_policy().dtype(device_type, requested)
+
+
+def as_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
+    """A dtype from its name ("float16", "bfloat16", "float32"); None stays None."""
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    try:
+        return DTYPES[value]
+    except KeyError:
+        raise ValueError(f"dtype {value!r} is not valid; use one of {', '.join(DTYPES)}") from None
+
+
+def device_type_of(device: str | torch.device) -> str:
+    """The type of a device ("cuda:0" and `torch.device("cuda", 0)` give "cuda")."""
+    try:
+        return torch.device(device).type
+    except RuntimeError as error:
+        raise ValueError(f"device {device!r} is not valid: {error}") from None
+
+
+def _check_level(level: str) -> None:
+    if level not in OPT_LEVELS:
+        raise ValueError(f"opt level {level!r} is not valid; use one of {', '.join(OPT_LEVELS)}")
 
 
 def _env_choice(variable: str, choices: tuple[str, ...]) -> str | None:
@@ -78,87 +190,3 @@ def _env_device() -> str | None:
     except ValueError:
         raise ValueError(f"{ENV_DEVICE}={value!r} is not valid; use a torch device type "
                          "such as cuda, cpu, mps or xpu") from None
-
-
-def device_type_of(device: str | torch.device) -> str:
-    """The type of a device ("cuda:0" and `torch.device("cuda", 0)` give "cuda")."""
-    try:
-        return torch.device(device).type
-    except RuntimeError as error:
-        raise ValueError(f"device {device!r} is not valid: {error}") from None
-
-
-def _reset() -> None:
-    """Forget cached environment settings, declared settings and the observed device.
-
-    For tests: call it after changing `AMPREWRITE_*` variables (e.g. with monkeypatch).
-    """
-    _State.overrides = None
-    _State.autocast = None
-    _State.last_device = None
-    _State.default_device = None
-    _State.declared_level = None
-    _State.declared_dtype = None
-
-
-def declare(level: str | None, dtype: torch.dtype | None) -> None:
-    """The script's own opt level and dtype (from its GradScaler), used where no other is given."""
-    _State.declared_level = level
-    _State.declared_dtype = dtype
-    _State.autocast = None
-
-
-def resolve_opt_level(requested: str | None = None) -> str:
-    """The opt level in force: the environment's, else `requested`, else the declared one."""
-    level = overrides().opt_level or requested or _State.declared_level or "O1"
-    if level not in OPT_LEVELS:
-        raise ValueError(f"opt level {level!r} is not valid; use one of {', '.join(OPT_LEVELS)}")
-    return level
-
-
-def resolve_device(requested: str | None = None) -> str:
-    """The device type autocast regions and scalers use (see the module docstring)."""
-    device = overrides().device_type or requested or _State.last_device
-    if device is not None:
-        return device
-    if _State.default_device is None:
-        _State.default_device = "cuda" if torch.cuda.is_available() else "cpu"
-    return _State.default_device
-
-
-def resolve_dtype(device_type: str, requested: str | torch.dtype | None = None) -> torch.dtype:
-    """The low-precision dtype: the environment's, else `requested`, else the device's default."""
-    dtype = overrides().dtype or as_dtype(requested) or _State.declared_dtype
-    if dtype is not None:
-        return dtype
-    return torch.float16 if device_type == "cuda" else torch.bfloat16
-
-
-def as_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
-    """A dtype from its name ("float16", "bfloat16", "float32"); None stays None."""
-    if value is None or isinstance(value, torch.dtype):
-        return value
-    try:
-        return DTYPES[value]
-    except KeyError:
-        raise ValueError(f"dtype {value!r} is not valid; use one of {', '.join(DTYPES)}") from None
-
-
-def note_device(device_type: str) -> None:
-    """Record where training runs (the device of a scaled loss) for later autocast regions."""
-    if device_type != _State.last_device:
-        _State.last_device = device_type
-        _State.autocast = None
-
-
-def autocast_settings(requested: str | torch.dtype | None = None) -> tuple[str, torch.dtype, bool]:
-    """The device type and dtype of an autocast region, and whether the opt level in force
-    enables it (O1 only: O2/O3 cast the model instead)."""
-    if requested is None and _State.autocast is not None:
-        return _State.autocast
-    device = resolve_device()
-    enabled = LEVELS[resolve_opt_level()].patch_functions
-    settings = (device, resolve_dtype(device, requested), enabled)
-    if requested is None:
-        _State.autocast = settings
-    return settings

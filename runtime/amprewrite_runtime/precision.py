@@ -1,4 +1,4 @@
-"""O2/O3: cast the model, cast inputs at `forward`, keep float32 master weights."""
+"""O2/O3: cast the model, cast its inputs and outputs with hooks, keep float32 master weights."""
 
 from __future__ import annotations
 
@@ -7,35 +7,39 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
+
+from amprewrite_runtime.torch_internals import BATCHNORMS
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def cast_model(model: nn.Module, dtype: torch.dtype, keep_batchnorm_fp32: bool) -> None:
-    """Cast floating-point parameters and buffers in place (optimizers keep their references);
-    batchnorm stays float32 when asked (cudnn batchnorm takes float16 input, float32 weights)."""
-    for module in model.modules():
-        if keep_batchnorm_fp32 and isinstance(module, _BatchNorm):
-            continue
-        for param in module.parameters(recurse=False):
-            if param.is_floating_point():
-                param.data = param.data.to(dtype)
-        for name, buffer in module.named_buffers(recurse=False):
-            if buffer is not None and buffer.is_floating_point():
-                setattr(module, name, buffer.to(dtype))
+    """`model.to(dtype)`, which keeps its parameters (optimizers keep their references);
+    batchnorm layers stay float32 with their exact values when asked (cudnn batchnorm takes
+    float16 input with float32 weights)."""
+    kept = [(module, module.state_dict()) for module in model.modules()
+            if keep_batchnorm_fp32 and isinstance(module, BATCHNORMS)]
+    model.to(dtype)
+    for module, state in kept:  # the state holds the float32 tensors `to()` replaced
+        module.float().load_state_dict(state)
 
 
 def cast_inputs_at_forward(model: nn.Module, dtype: torch.dtype) -> None:
-    """Like apex O2: floating-point inputs to `dtype`, floating-point outputs to float32."""
-    original = model.forward
+    """Like apex O2: floating-point inputs to `dtype` (a forward pre-hook), floating-point
+    outputs to float32 (a forward hook, ahead of the model's other forward hooks)."""
+    model.register_forward_pre_hook(functools.partial(_cast_inputs, dtype=dtype),
+                                    with_kwargs=True)
+    model.register_forward_hook(_outputs_to_float32, prepend=True)
 
-    @functools.wraps(original)
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        output = original(*_cast(args, dtype), **_cast(kwargs, dtype))
-        return _cast(output, torch.float32)
 
-    model.forward = forward  # type: ignore[method-assign]
+def _cast_inputs(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, dtype: torch.dtype
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return _cast(args, dtype), _cast(kwargs, dtype)
+
+
+def _outputs_to_float32(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+    return _cast(output, torch.float32)
 
 
 def _cast(value: Any, dtype: torch.dtype) -> Any:
@@ -51,10 +55,13 @@ def _cast(value: Any, dtype: torch.dtype) -> Any:
 class MasterWeights:
     """float32 copies of a model's low-precision parameters, which the optimizer steps.
 
-    The optimizer's param groups are repointed at the masters. Gradients are copied from the
-    model to the masters before unscaling (so float16 gradients are never unscaled in place),
-    and updated masters are copied back into the model after each step. `model.state_dict()`
-    holds the float32 masters, and loading a state dict refreshes them.
+    The optimizer's param groups are repointed at the masters. Before unscaling, the model's
+    gradients move to the masters (so float16 gradients are never unscaled in place): the
+    masters' are overwritten and the model's cleared, so the next backward starts afresh, as
+    after `zero_grad()`, whichever `zero_grad()` the script calls (the optimizer's clears the
+    masters', the model's the model's). Updated masters are copied back into the model after
+    each step. `model.state_dict()` holds the float32 masters, and loading a state dict
+    refreshes them.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -77,30 +84,16 @@ class MasterWeights:
         model.register_state_dict_post_hook(functools.partial(MasterWeights._save_masters, self))
         load_hook = functools.partial(MasterWeights._load_masters, self)
         model.register_load_state_dict_pre_hook(load_hook)
-        original_zero_grad = optimizer.zero_grad
-
-        @functools.wraps(original_zero_grad)
-        def zero_grad(set_to_none: bool = True) -> None:
-            original_zero_grad(set_to_none)
-            for param, _ in self.pairs:
-                if set_to_none:
-                    param.grad = None
-                elif param.grad is not None:
-                    param.grad.zero_()
-
-        optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
-
-    def masters(self) -> list[nn.Parameter]:
-        return [master for _, master in self.pairs]
 
     def grads_to_masters(self) -> None:
         for param, master in self.pairs:
-            if param.grad is None:
+            grad, param.grad = param.grad, None
+            if grad is None:
                 master.grad = None
             elif master.grad is None:
-                master.grad = param.grad.float()
+                master.grad = grad.float()
             else:
-                master.grad.copy_(param.grad)
+                master.grad.copy_(grad)
 
     def masters_to_model(self) -> None:
         with torch.no_grad():

@@ -4,34 +4,22 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from amprewrite_runtime.policy import (
-    as_dtype,
-    declare,
-    device_type_of,
-    note_device,
-    resolve_device,
-    resolve_dtype,
-    resolve_opt_level,
-)
+from amprewrite_runtime import torch_internals
+from amprewrite_runtime.policy import as_dtype, current_policy, device_type_of
 from amprewrite_runtime.precision import MasterWeights, cast_inputs_at_forward, cast_model
 from amprewrite_runtime.properties import Properties, properties_for
-from amprewrite_runtime.trace import Tracer
+from amprewrite_runtime.trace import StepRecord, Tracer
 
+# Our state's keys and those of torch's GradScaler.state_dict() (documented there).
 _TORCH_KEYS = {"scale": "scale", "growth_factor": "growth_factor",
                "backoff_factor": "backoff_factor", "growth_interval": "growth_interval",
                "growth_tracker": "_growth_tracker"}
-
-
-class _AnyPrecisionGradScaler(torch.amp.GradScaler):
-    """Unscales float16 gradients too (O3 steps low-precision weights without masters)."""
-
-    def _unscale_grads_(self, optimizer, inv_scale, found_inf, allow_fp16):  # type: ignore[no-untyped-def]
-        return super()._unscale_grads_(optimizer, inv_scale, found_inf, True)
 
 
 class GradScaler:
@@ -43,6 +31,8 @@ class GradScaler:
     or a static `loss_scale`. Elsewhere every method is a cheap pass-through.
     `last_step_skipped` tells whether the last `step()` was skipped for inf/NaN gradients.
     At O2/O3, `initialize(model, optimizer)` casts the model (and keeps master weights).
+    Creating one declares its opt level and dtype (and device type, when given) to the
+    process's policy, which later `autocast()` regions follow.
     """
 
     def __init__(
@@ -60,8 +50,9 @@ class GradScaler:
         backoff_factor: float = 0.5,
         growth_interval: int = 2000,
     ) -> None:
-        declare(opt_level, as_dtype(dtype))
-        self.opt_level = resolve_opt_level(opt_level)
+        self._policy = policy = current_policy()
+        policy.declare(opt_level, as_dtype(dtype))
+        self.opt_level = policy.opt_level(opt_level)
         if opt_level is not None and self.opt_level != opt_level:
             keep_batchnorm_fp32 = master_weights = loss_scale = None  # the script's overrides
         self.properties: Properties = properties_for(
@@ -70,7 +61,7 @@ class GradScaler:
         self._dtype = dtype
         self._device_type = device_type_of(device_type) if device_type else None
         if self._device_type:
-            note_device(self._device_type)  # autocast regions use it from the first one on
+            policy.observe_device(self._device_type)  # autocast regions use it from now on
         self._sharded = sharded
         self._state: dict[str, Any] = {
             "scale": float(self.properties.loss_scale) if static else float(init_scale),
@@ -83,6 +74,7 @@ class GradScaler:
         self._unscaled: set[int] = set()
         self._skipped_steps = 0
         self._last_step_skipped = False
+        self._skips_known_at_update = False  # torch's found-inf flags were unreadable
         self._tracer = Tracer.from_env()  # None unless AMPREWRITE_TRACE/_MAX_STEPS is set
         # Known after the first scale(): the scaler is off and nothing else happens around
         # a step (no tracer, no master weights, no model cast to check), so scale(), step()
@@ -114,8 +106,14 @@ class GradScaler:
         if not self.properties.cast_model:
             return model, optimizer
         device = self._device_type or next(model.parameters()).device.type
-        note_device(device)
-        dtype = resolve_dtype(device, self._dtype)
+        self._policy.observe_device(device)
+        dtype = self._policy.dtype(device, self._dtype)
+        if (dtype == torch.float16 and not self.properties.master_weights
+                and not torch_internals.unscales_low_precision()):
+            warnings.warn(f"{self.opt_level} keeps float32 master weights: this torch's "
+                          "GradScaler cannot be made to unscale float16 gradients",
+                          RuntimeWarning, stacklevel=2)
+            self.properties = replace(self.properties, master_weights=True)
         cast_model(model, dtype, self.properties.keep_batchnorm_fp32)
         cast_inputs_at_forward(model, dtype)
         if self.properties.master_weights:
@@ -147,8 +145,8 @@ class GradScaler:
             found = _device_type_of(outputs)
         device = self._device_type or found
         if device is not None:
-            note_device(device)
-        return self._torch_scaler(device or resolve_device()).scale(outputs)
+            self._policy.observe_device(device)
+        return self._torch_scaler(device or self._policy.device_type()).scale(outputs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Divide `optimizer`'s gradients by the scale (before clipping); a no-op when off."""
@@ -178,12 +176,14 @@ class GradScaler:
             result = optimizer.step(*args, **kwargs)
         else:
             result = scaler.step(optimizer, *args, **kwargs)
-            self._last_step_skipped = _found_inf(scaler, optimizer)
+            found = torch_internals.found_inf(scaler, optimizer)
+            self._skips_known_at_update |= found is None
+            self._last_step_skipped = bool(found)
             self._skipped_steps += self._last_step_skipped
         if masters is not None and not self._last_step_skipped:
             masters.masters_to_model()
         if self._tracer is not None:
-            self._tracer.on_step(self)
+            self._tracer.on_step(self._step_record() if self._tracer.writes else None)
         return result
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
@@ -196,7 +196,10 @@ class GradScaler:
             return
         if new_scale is None and self.properties.loss_scale != "dynamic":
             new_scale = float(self.properties.loss_scale)  # a static scale never changes
-        self._scaler.update(new_scale)
+        if self._skips_known_at_update:
+            self._update_telling_skips(new_scale)
+        else:
+            self._scaler.update(new_scale)
 
     def get_scale(self) -> float:
         """The current scale: 1.0 once known to be off, the pending scale before first use."""
@@ -209,11 +212,8 @@ class GradScaler:
     # Checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Python scalars only: opt level, scale, growth/backoff settings, skipped steps."""
-        if self.is_enabled():
-            assert self._scaler is not None
-            native = self._scaler.state_dict()
-            self._state = {ours: _plain(native[theirs]) for ours, theirs in _TORCH_KEYS.items()}
-        return {"opt_level": self.opt_level, **self._state, "skipped_steps": self.skipped_steps}
+        return {"opt_level": self.opt_level, **self._scale_state(),
+                "skipped_steps": self.skipped_steps}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore a state from `state_dict()` or from a native `torch.amp.GradScaler`.
@@ -229,13 +229,41 @@ class GradScaler:
         if level is not None and level != self.opt_level:
             warnings.warn(f"loading a grad scaler state written at opt level {level} into one "
                           f"running at {self.opt_level}", UserWarning, stacklevel=2)
-        self._state = {key: _plain(state.get(key, value)) for key, value in self._state.items()}
+        self._state = {key: _plain(state.get(key, value))
+                       for key, value in self._scale_state().items()}
         self._skipped_steps = int(state.get("skipped_steps", self._skipped_steps))
         if self.is_enabled():
             assert self._scaler is not None
             self._scaler.load_state_dict(self._native_state())
 
     # Internals ----------------------------------------------------------------------------
+    def _scale_state(self) -> dict[str, Any]:
+        """The scale and its growth settings: torch's once scaling, else those pending."""
+        if not self.is_enabled():
+            return self._state
+        assert self._scaler is not None
+        native = self._scaler.state_dict()
+        return {ours: _plain(native[theirs]) for ours, theirs in _TORCH_KEYS.items()}
+
+    def _step_record(self) -> StepRecord:
+        device = self._policy.device_type()
+        dtype = "float32" if self.opt_level == "O0" else str(self._policy.dtype(device))
+        return StepRecord(self.opt_level, dtype.removeprefix("torch."), device,
+                          float(self.get_scale()), self._last_step_skipped)
+
+    def _update_telling_skips(self, new_scale: float | torch.Tensor | None) -> None:
+        """`update()` where torch's found-inf flags were unreadable (`torch_internals`): as
+        Accelerate does, a step was skipped if the dynamic update backed the scale off; a
+        static (or given) scale then replaces the updated one."""
+        assert self._scaler is not None
+        before = self._scaler.get_scale()
+        self._scaler.update()
+        self._last_step_skipped = self._scaler.get_scale() < before
+        self._skipped_steps += self._last_step_skipped
+        self._skips_known_at_update = False
+        if new_scale is not None:
+            self._scaler.update(new_scale)
+
     def _torch_scaler(self, device: str) -> torch.amp.GradScaler:
         if self._scaler is None:
             self._scaler = self._new_torch_scaler(device)
@@ -248,7 +276,7 @@ class GradScaler:
     def _new_torch_scaler(self, device: str) -> torch.amp.GradScaler:
         level, properties = self.opt_level, self.properties
         if properties.loss_scale == "dynamic":
-            dtype = resolve_dtype(device, self._dtype)
+            dtype = self._policy.dtype(device, self._dtype)
             enabled = level != "O0" and dtype == torch.float16
         else:
             enabled = level != "O0"  # a static scale: skips inf/NaN steps, never grows
@@ -256,8 +284,9 @@ class GradScaler:
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
             return ShardedGradScaler(device, enabled=enabled)
-        if properties.cast_model and not properties.master_weights:
-            return _AnyPrecisionGradScaler(device, enabled=enabled)
+        if (properties.cast_model and not properties.master_weights
+                and torch_internals.unscales_low_precision()):
+            return torch_internals.AnyPrecisionGradScaler(device, enabled=enabled)
         return torch.amp.GradScaler(device, enabled=enabled)
 
     def _native_state(self) -> dict[str, Any]:
@@ -275,17 +304,6 @@ def _device_type_of(outputs: Any) -> str | None:
             if found is not None:
                 return found
     return None
-
-
-def _found_inf(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool:
-    """Whether torch's `step()` just skipped `optimizer` for inf/NaN gradients.
-
-    torch keeps the per-device found-inf flags of each optimizer until `update()`; reading them
-    syncs with the device, as torch's own `step()` already has.
-    """
-    states = getattr(scaler, "_per_optimizer_states", {})
-    found = states.get(id(optimizer), {}).get("found_inf_per_device", {})
-    return any(bool(flag.item()) for flag in found.values())
 
 
 def _plain(value: Any) -> Any:

@@ -22,6 +22,7 @@ compute capability 7.0, bfloat16 from 8.0; a CPU: bfloat16 with AMX-BF16 or AVX-
 float16 with AMX-FP16 or AVX-512 FP16), null when unknown (a CPU without /proc/cpuinfo).
 
 Off (both variables unset) the scaler holds `None` and each hook costs one attribute check.
+The scaler hands the tracer a `StepRecord` (what it knows of the step), never itself.
 """
 
 from __future__ import annotations
@@ -29,17 +30,24 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import IO, TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import IO, Any
 
 import torch
 
-from amprewrite_runtime.policy import resolve_device, resolve_dtype
-
-if TYPE_CHECKING:
-    from amprewrite_runtime.scaler import GradScaler
-
 ENV_TRACE = "AMPREWRITE_TRACE"
 ENV_MAX_STEPS = "AMPREWRITE_MAX_STEPS"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What the scaler knows of an optimizer step, for its trace record."""
+
+    opt_level: str
+    dtype: str  # "float32" at O0
+    device: str  # a device type
+    scale: float
+    skipped: bool
 
 
 class Tracer:
@@ -80,31 +88,34 @@ class Tracer:
         is_loss = isinstance(outputs, torch.Tensor) and outputs.numel() == 1
         self._loss = outputs.detach() if is_loss else None
 
-    def on_step(self, scaler: GradScaler) -> None:
-        """Count the step and write its record."""
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes records: a trace file is set, and it is rank 0."""
+        return self.path is not None and _rank() == 0
+
+    def on_step(self, step: StepRecord | None) -> None:
+        """Count the step and write its record (`step` is None where `writes` is False)."""
         self.steps += 1
-        if self.path is None or _rank() != 0:
+        if step is None or self.path is None:
             return
-        device = resolve_device()
-        if device == "cuda":
+        if step.device == "cuda":
             torch.cuda.synchronize()
         now = time.perf_counter()
         started = now if self._started is None else self._started
-        dtype = "float32" if scaler.opt_level == "O0" else str(resolve_dtype(device))
         record = {
             "step": self.steps,
             "iteration": self.iterations + 1,
             "loss": None if self._loss is None else float(self._loss.item()),
-            "scale": float(scaler.get_scale()),
-            "skipped": scaler.last_step_skipped,
+            "scale": step.scale,
+            "skipped": step.skipped,
             "time_s": now - started,
-            "opt_level": scaler.opt_level,
-            "dtype": dtype.removeprefix("torch."),
-            "device": device,
+            "opt_level": step.opt_level,
+            "dtype": step.dtype,
+            "device": step.device,
         }
-        if device not in self._devices:
-            self._devices[device] = device_info(device)
-        record.update(self._devices[device])
+        if step.device not in self._devices:
+            self._devices[step.device] = device_info(step.device)
+        record.update(self._devices[step.device])
         if self._file is None:
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         self._file.write(json.dumps(record) + "\n")

@@ -12,6 +12,6 @@ from amprewrite_runtime import policy
 def clean_policy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for variable in (policy.ENV_OPT_LEVEL, policy.ENV_DTYPE, policy.ENV_DEVICE):
         monkeypatch.delenv(variable, raising=False)
-    policy._reset()
+    policy.reset_policy()
     yield
-    policy._reset()
+    policy.reset_policy()

@@ -105,7 +105,7 @@ def test_o0_from_the_environment_runs_the_same_script_in_fp32(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
-    policy._reset()
+    policy.reset_policy()
     scaler = GradScaler(dtype="float16")
     losses, skipped, _, seen, _ = _run(scaler, steps=10)
     assert set(seen) == {torch.float32}

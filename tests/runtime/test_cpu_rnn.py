@@ -52,3 +52,12 @@ def test_plain_autocast_lstm_fails_where_onednn_lacks_the_dtype(dtype: torch.dty
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert "could not create a primitive descriptor for the LSTM" in proc.stderr
+
+
+def test_the_probe_draws_nothing_from_the_scripts_rng() -> None:
+    """Else a rewritten script's random stream (and its losses) would differ from FP32's."""
+    onednn_runs_lstm.cache_clear()
+    state = torch.get_rng_state()
+    for dtype in DTYPES:
+        onednn_runs_lstm(dtype)
+    assert torch.equal(torch.get_rng_state(), state)

@@ -134,3 +134,66 @@ def test_state_dict_carries_level_scale_and_skips() -> None:
     state = scaler.state_dict()
     assert state["opt_level"] == "O2" and state["skipped_steps"] == 1
     assert state["scale"] == 2.0**15
+
+
+def test_o2_casts_with_hooks_and_replaces_no_method() -> None:
+    _, model, optimizer, _ = _train("O2", steps=2)
+    assert "forward" not in vars(model) and "zero_grad" not in vars(optimizer)
+    seen: list[torch.dtype] = []
+    model.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    model(torch.randn(4, 8))
+    assert seen == [torch.float32]  # the model's hooks see what its caller gets
+
+
+class _Shift(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+        self.seen: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor, *, shift: torch.Tensor, steps: int) -> torch.Tensor:
+        self.seen += [x.dtype, shift.dtype]
+        return x * self.weight + shift * steps
+
+
+def test_o2_casts_keyword_inputs_and_leaves_other_values_alone() -> None:
+    model = _Shift()
+    GradScaler("O2").initialize(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    out = model(torch.randn(3), shift=torch.ones(3), steps=2)
+    assert model.seen == [torch.bfloat16, torch.bfloat16] and out.dtype == torch.float32
+
+
+def test_keep_batchnorm_fp32_keeps_its_exact_values() -> None:
+    model = _net()
+    batchnorm = model[1]
+    with torch.no_grad():
+        batchnorm.weight.uniform_(0.5, 1.5)  # values bfloat16 cannot hold
+        batchnorm.running_mean.normal_()
+    expected = {name: value.clone() for name, value in batchnorm.state_dict().items()}
+    weight = batchnorm.weight
+    GradScaler("O2").initialize(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert batchnorm.weight is weight  # the optimizer's reference still holds
+    for name, value in batchnorm.state_dict().items():
+        assert value.dtype == expected[name].dtype and torch.equal(value, expected[name])
+
+
+def _losses_zeroing(zero_grad: str) -> list[float]:
+    model = _net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = GradScaler("O2", dtype="float16")
+    scaler.initialize(model, optimizer)
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(4):
+        (model if zero_grad == "model" else optimizer).zero_grad()
+        loss = nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+        assert all(p.grad is None for p in model.parameters() if p.dtype == torch.bfloat16)
+    return losses
+
+
+def test_o2_gradients_move_to_the_masters_whichever_zero_grad_the_script_calls() -> None:
+    assert _losses_zeroing("model") == _losses_zeroing("optimizer")

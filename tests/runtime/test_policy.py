@@ -16,7 +16,7 @@ def test_cpu_defaults_to_bfloat16_autocast() -> None:
 
 def test_o0_from_the_environment_disables_autocast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
-    policy._reset()
+    policy.reset_policy()
     with autocast():
         out = torch.nn.Linear(4, 4)(torch.randn(2, 4))
     assert out.dtype == torch.float32
@@ -24,7 +24,7 @@ def test_o0_from_the_environment_disables_autocast(monkeypatch: pytest.MonkeyPat
 
 def test_dtype_from_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(policy.ENV_DTYPE, "float16")
-    policy._reset()
+    policy.reset_policy()
     with autocast(dtype="bfloat16"):
         out = torch.nn.Linear(4, 4)(torch.randn(2, 4))
     assert out.dtype == torch.float16
@@ -45,9 +45,9 @@ def test_invalid_environment_values_are_refused(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str
 ) -> None:
     monkeypatch.setenv(variable, value)
-    policy._reset()
+    policy.reset_policy()
     with pytest.raises(ValueError, match=variable):
-        policy.overrides()
+        policy.current_policy()
     with pytest.raises(ValueError, match=variable):
         autocast()
 
@@ -58,14 +58,14 @@ def test_the_environment_is_read_once_until_reset(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
     with autocast():
         assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.bfloat16
-    policy._reset()
+    policy.reset_policy()
     with autocast():
         assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.float32
 
 
 def test_device_from_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(policy.ENV_DEVICE, "cuda:1")
-    policy._reset()
+    policy.reset_policy()
     GradScaler().scale(torch.tensor(1.0))
     assert policy.resolve_device() == "cuda"
 
@@ -101,12 +101,41 @@ def test_default_dtype_per_device() -> None:
 
 def test_autocast_settings_follow_every_change_of_the_policy() -> None:
     """autocast() reuses its settings between iterations, and drops them on any change."""
-    assert policy.autocast_settings() == ("cpu", torch.bfloat16, True)
+    settings = policy.current_policy().autocast_settings
+    assert settings() == ("cpu", torch.bfloat16, True)
     GradScaler().scale(torch.tensor(1.0, device="meta"))  # training moved: the device follows
-    assert policy.autocast_settings() == ("meta", torch.bfloat16, True)
+    assert settings() == ("meta", torch.bfloat16, True)
     GradScaler(opt_level="O2")  # the script declares another level: its regions are off
-    assert policy.autocast_settings() == ("meta", torch.bfloat16, False)
+    assert settings() == ("meta", torch.bfloat16, False)
     GradScaler(opt_level="O1", dtype="float16")
-    assert policy.autocast_settings() == ("meta", torch.float16, True)
-    assert policy.autocast_settings("bfloat16") == ("meta", torch.bfloat16, True)
-    assert policy.autocast_settings() == ("meta", torch.float16, True)  # not cached
+    assert settings() == ("meta", torch.float16, True)
+    assert settings("bfloat16") == ("meta", torch.bfloat16, True)
+    assert settings() == ("meta", torch.float16, True)  # not cached
+
+
+def test_scalers_declare_to_the_current_policy_until_it_is_reset() -> None:
+    current = policy.current_policy()
+    GradScaler("O2", dtype="float16", device_type="meta")
+    assert (current.declared_level, current.declared_dtype, current.observed_device) == (
+        "O2", torch.float16, "meta")
+    policy.reset_policy()
+    fresh = policy.current_policy()
+    assert fresh is not current
+    assert (fresh.declared_level, fresh.declared_dtype, fresh.observed_device) == (None,) * 3
+
+
+def test_a_policy_built_by_hand_takes_only_its_own_overrides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
+    assert policy.Policy().opt_level() == "O1"
+    pinned = policy.Policy(policy.Overrides(opt_level="O0", device_type="meta"))
+    assert pinned.opt_level("O2") == "O0"
+    assert pinned.autocast_settings() == ("meta", torch.bfloat16, False)
+
+
+def test_an_invalid_level_is_refused_before_it_is_declared() -> None:
+    GradScaler("O2")
+    with pytest.raises(ValueError, match="'O5' is not valid"):
+        GradScaler("O5")  # type: ignore[arg-type]
+    assert policy.current_policy().declared_level == "O2"

@@ -15,12 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from amprewrite_runtime.reproducibility import (
-    ENV_CUBLAS,
-    WorkerSeeder,
-    enable_reproducibility,
-)
-from amprewrite_runtime.samplers import make_batch_sampler
+from amprewrite_runtime.data import WorkerSeeder, make_batch_sampler
+from amprewrite_runtime.reproducibility import ENV_CUBLAS, enable_reproducibility
 from torch.utils.data import DataLoader, Dataset
 
 

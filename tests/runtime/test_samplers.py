@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 import pytest
-from amprewrite_runtime.samplers import (
+from amprewrite_runtime.data import (
     DistributedSampler,
     RepeatSampler,
     ReproducibleShuffleSampler,

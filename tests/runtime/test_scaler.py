@@ -82,7 +82,7 @@ def test_step_before_any_scale_just_steps() -> None:
 
 def test_o0_steps_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
-    policy._reset()
+    policy.reset_policy()
     scaler = GradScaler(dtype="float16")
     loss = torch.tensor(3.0)
     assert scaler.scale(loss) is loss and not scaler.is_enabled()
@@ -170,7 +170,7 @@ def test_loads_a_native_torch_scaler_state() -> None:
 def test_loading_another_opt_level_warns(monkeypatch: pytest.MonkeyPatch) -> None:
     state = GradScaler().state_dict()
     monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
-    policy._reset()
+    policy.reset_policy()
     scaler = GradScaler()
     with pytest.warns(UserWarning, match="O1 into one running at O0"):
         scaler.load_state_dict(state)
@@ -201,3 +201,21 @@ def test_only_a_scaler_with_nothing_to_do_passes_straight_through(
     assert scaler._passthrough is passes_through
     assert not torch.equal(model.weight.detach(), before)  # the optimizer stepped
     assert not scaler.last_step_skipped and scaler.skipped_steps == 0
+
+
+def test_state_dict_changes_nothing() -> None:
+    scaler = GradScaler(dtype="float16", growth_interval=3)
+    _train(scaler, steps=4)
+    before = dict(vars(scaler))
+    scaler.state_dict()
+    assert vars(scaler).keys() == before.keys()
+    assert all(vars(scaler)[name] is value for name, value in before.items())
+
+
+def test_a_partial_state_keeps_the_current_scale() -> None:
+    scaler = GradScaler(dtype="float16", growth_interval=3)
+    _train(scaler, steps=4)
+    assert scaler.get_scale() == 2.0**17
+    scaler.load_state_dict({"skipped_steps": 5})
+    state = scaler.state_dict()
+    assert (state["scale"], state["growth_tracker"], state["skipped_steps"]) == (2.0**17, 1, 5)

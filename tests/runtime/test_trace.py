@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from amprewrite_runtime import GradScaler, autocast, policy
-from amprewrite_runtime.trace import ENV_MAX_STEPS, ENV_TRACE, Tracer
+from amprewrite_runtime.trace import ENV_MAX_STEPS, ENV_TRACE, StepRecord, Tracer
 from torch import nn
 
 RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime"
@@ -78,7 +78,7 @@ def test_skipped_steps_are_flagged_and_the_scale_backs_off(trace: Path) -> None:
 
 def test_fp32_through_the_environment(trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(policy.ENV_OPT_LEVEL, "O0")
-    policy._reset()
+    policy.reset_policy()
     _train(GradScaler(), steps=2)
     assert {(r["opt_level"], r["dtype"]) for r in _records(trace)} == {("O0", "float32")}
 
@@ -101,6 +101,20 @@ def test_several_optimizers_one_record_each_timed_per_iteration(trace: Path) -> 
     for first, second in zip(records[::2], records[1::2], strict=True):
         assert second["time_s"] >= first["time_s"]  # the iteration's time so far
         assert second["loss"] != first["loss"]  # each step records its own loss
+
+
+def test_the_tracer_writes_the_step_record_it_is_given(tmp_path: Path) -> None:
+    tracer = Tracer(str(tmp_path / "trace.jsonl"), max_steps=None)
+    tracer.on_scale(torch.tensor(2.5))
+    tracer.on_step(StepRecord("O2", "float16", "cpu", 128.0, skipped=True))
+    tracer.on_step(None)  # counted, not written (another rank's step)
+    tracer.close()
+    [record] = _records(tmp_path / "trace.jsonl")
+    assert tracer.steps == 2
+    assert {key: record[key] for key in ("step", "loss", "scale", "skipped", "opt_level",
+                                         "dtype", "device")} == {
+        "step": 1, "loss": 2.5, "scale": 128.0, "skipped": True, "opt_level": "O2",
+        "dtype": "float16", "device": "cpu"}
 
 
 def test_off_by_default_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

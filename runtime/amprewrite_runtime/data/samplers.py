@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 import torch
 from torch.utils.data import BatchSampler, Sampler, SequentialSampler
 
-from amprewrite_runtime.reproducibility import derive_seed
+from amprewrite_runtime.data.seeding import derive_seed
 
 Mode = Literal["training", "validation"]
 
