@@ -126,6 +126,8 @@ class _Scopes:
         for function in facts.functions:
             self.by_name.setdefault(function.name.value, []).append(function)
         self.parameter_uses: dict[tuple[str, bool], dict[int | str, list[Escape]]] = {}
+        # (function, low parameters, autocast) -> which returned values are low
+        self.given: dict[tuple[cst.FunctionDef, frozenset[str], bool], tuple[bool, ...]] = {}
         self.model_forwards = _model_forwards(facts)  # `model` -> Net.forward for `Net()`
         self.forward_returns: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.forward_held: dict[cst.FunctionDef, tuple[bool, ...]] = {}
@@ -138,6 +140,7 @@ class _Scopes:
         self.record = record
         self.result = Escapes()
         self.parameter_uses.clear()  # recomputed with this pass's return summaries
+        self.given.clear()
         _Scope(self, autocast=False).block(self.facts.module.body)
         for function in self.facts.functions:
             scope = _Scope(self, autocast=function in self.under_caller)
@@ -187,6 +190,19 @@ class _Scopes:
                 if position is not None:
                     uses[position] = found
         return uses
+
+    def returns_given(
+        self, function: cst.FunctionDef, low: frozenset[str], autocast: bool
+    ) -> tuple[bool, ...]:
+        """Which values `function` returns are low precision when parameters `low` are."""
+        key = (function, low, autocast or function in self.under_caller)
+        if key not in self.given:
+            self.given[key] = ()  # a recursive call sees nothing low
+            probe = _Scope(self, autocast=key[2])
+            probe.low, probe.probe = set(low), []
+            probe.block(function.body.body)
+            self.given[key] = probe.returned
+        return self.given[key]
 
     def _probe(self, function: cst.FunctionDef, low: set[str], autocast: bool) -> list[Escape]:
         """The float32 uses inside `function` that low-precision `low` reach."""
@@ -546,7 +562,29 @@ class _Scope:
         if forward is not None:  # its summary assumes autocast: outside it, float32 stays
             running_low = self.autocast or any(self.is_low(a.value) for a in call.args)
             return self.s.forward_returns.get(forward) if running_low else None
+        functions = self.s.by_name.get(name, [])
+        if len(functions) == 1:
+            low = self.low_parameters(call, functions[0])
+            if low:  # what it returns given these low arguments (`topk` indices stay ints)
+                return self.s.returns_given(functions[0], low, self.autocast)
         return self.s.returns.get(name)
+
+    def low_parameters(self, call: cst.Call, function: cst.FunctionDef) -> frozenset[str]:
+        """The parameters of `function` that `call` binds to low-precision arguments."""
+        positional, _ = self.s.facts.parameters(function)
+        low: set[str] = set()
+        position = 0
+        for arg in call.args:
+            if arg.star:
+                return frozenset()
+            if arg.keyword is not None:
+                name: str | None = arg.keyword.value
+            else:
+                name = positional[position] if position < len(positional) else None
+                position += 1
+            if name is not None and self.is_low(arg.value):
+                low.add(name)
+        return frozenset(low)
 
     def held(self, call: cst.Call) -> tuple[bool, ...]:
         """Which returned values of the module function (or model `forward`) `call` runs are
@@ -613,6 +651,10 @@ class _Scope:
             if is_model_call(call, kinds):
                 return self.autocast or args_low
             assert isinstance(func, cst.Attribute)
+            if _is_layer_call(call) and method in self.s.by_name:  # `self.helper(...)`
+                summary = self.summary(call)
+                if summary is not None:
+                    return any(summary)
             return self.is_low(func.value) or (self.autocast and _is_layer_call(call))
         if self.autocast and (dotted(func) in self.layers or _is_indexed_layer(func)):
             return True  # `for layer in self.layers: layer(x)`, `self.blocks[i](x)`

@@ -31,6 +31,7 @@ from amprewrite.analysis.statements import (
     is_definition,
     is_step_call,
 )
+from amprewrite.analysis.summaries import Summaries
 from amprewrite.analysis.unscaling import Clip, Unscale, gradient_uses, reads_grad
 from amprewrite.catalog import SKIP, Code, declare
 
@@ -152,6 +153,14 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                 backwards.append(site)
         elif is_step_call(site.call):
             _classify_step(site, kinds, facts, optimizer_steps, closure_functions, result)
+
+    unreached = _unreached_by_backward(optimizer_steps, facts, kinds)
+    for site in unreached:
+        result.notes.append(Note(STEP_WITHOUT_BACKWARD, site.call,
+                                 f"`{facts.one_line(site.call.func.value)}.step()` steps an "  # type: ignore[attr-defined]
+                                 "optimizer built in this function, where no backward pass "
+                                 "runs; left unchanged"))
+    optimizer_steps = [site for site in optimizer_steps if site not in unreached]
 
     training_backwards = []
     for site in backwards:
@@ -290,6 +299,26 @@ def _argument_for(
         value = plain[index].value
         return value if receiver_key(value) is not None else None
     return None
+
+
+def _unreached_by_backward(
+    steps: list[CallSite], facts: ModuleFacts, kinds: KindTable
+) -> list[CallSite]:
+    """Steps of an optimizer built in the same function, which runs no backward pass itself
+    or through the functions it calls: a learning-rate schedule plotted with a dummy model.
+    No scaled loss can reach that optimizer: a scaler would refuse to step it."""
+    candidates = [
+        site for site in steps
+        if site.function is not None and not _has_backward(site.function, facts)
+        and any(b.function is site.function
+                and receiver_key(site.call.func.value) in b.keys  # type: ignore[attr-defined]
+                for b in facts.bindings)
+    ]
+    if not candidates:
+        return []
+    summaries = Summaries(facts, kinds)
+    return [site for site in candidates
+            if not summaries.functions[site.function].backward]  # type: ignore[index]
 
 
 def _has_backward(function: cst.FunctionDef | None, facts: ModuleFacts) -> bool:

@@ -44,8 +44,10 @@ def onednn_runs_lstm(dtype: torch.dtype) -> bool:
         return True
     _probing = dtype
     try:
-        # With grad (the training primitive), and without drawing from the script's RNG.
-        with torch.random.fork_rng(devices=[]), torch.autocast("cpu", dtype=dtype):
+        # With grad (the training primitive, even when the first region is an evaluation
+        # under no_grad or inference_mode), and without drawing from the script's RNG.
+        with torch.random.fork_rng(devices=[]), torch.inference_mode(False), \
+                torch.enable_grad(), torch.autocast("cpu", dtype=dtype):
             torch.nn.LSTM(1, 1)(torch.zeros(1, 1, 1))
     except RuntimeError:
         return False

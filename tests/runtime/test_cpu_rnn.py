@@ -61,3 +61,17 @@ def test_the_probe_draws_nothing_from_the_scripts_rng() -> None:
     for dtype in DTYPES:
         onednn_runs_lstm(dtype)
     assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_probe_answers_for_training_when_first_asked_without_grad(dtype: torch.dtype) -> None:
+    """A first region may be an evaluation under no_grad: the probe still tries the training
+    primitive, which is the one that fails where the inference one works (float16, AMX)."""
+    onednn_runs_lstm.cache_clear()
+    with torch.no_grad():
+        without_grad = onednn_runs_lstm(dtype)
+    onednn_runs_lstm.cache_clear()
+    with torch.inference_mode():
+        in_inference = onednn_runs_lstm(dtype)
+    onednn_runs_lstm.cache_clear()
+    assert without_grad == in_inference == onednn_runs_lstm(dtype)
