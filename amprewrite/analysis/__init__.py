@@ -131,6 +131,10 @@ class ModuleAnalysis:
 
     @cached_property
     def evaluation_regions(self) -> SplitRegions:
+        """Forward passes without gradients; none when the training step stays FP32 (their
+        outputs may feed it: a TD target, a teacher's logits)."""
+        if self.training.refused:
+            return self._split([])
         placed = self.function_regions.all_regions
         return self._split([
             region for region in analyse_evaluation(self.facts, self.kinds, placed)

@@ -89,12 +89,16 @@ def plan_updates(
     for site in steps:
         scope = iteration_scope(site.statement, facts, kinds)
         scopes.setdefault(id(scope), (scope, []))[1].append(site)
-    for scope, scope_steps in scopes.values():
+    # Inner loops first: an outer iteration sees the updates planned for the loops it holds
+    # (a critic stepped n times per generator step gets `update()` after each of its steps).
+    ordered = sorted(scopes.values(), key=lambda item: -_depth(item[0], facts))
+    for scope, scope_steps in ordered:
         candidates = (_after_last_steps(scope_steps, facts, kinds),
                       _after_last_statement(scope, scope_steps))
         first: list[Problem] | None = None  # the problems of the expert's placement
         for after, at in candidates:
-            checker = _Checker(scope, steps, unscales, backwards, kinds, after, at)
+            checker = _Checker(scope, steps, unscales, backwards, kinds,
+                               [*after, *plan.updates_after], at)
             problems = checker.complete()
             if not problems:
                 plan.updates_after.extend(after)
@@ -104,6 +108,11 @@ def plan_updates(
         else:
             plan.problems.extend(first or ())
     return plan
+
+
+def _depth(scope: Scope, facts: ModuleFacts) -> int:
+    """How many statements enclose `scope` (the module: none)."""
+    return 0 if isinstance(scope, cst.Module) else len(facts.enclosing_statements(scope))
 
 
 def iteration_scope(statement: Statement, facts: ModuleFacts, kinds: KindTable) -> Scope:

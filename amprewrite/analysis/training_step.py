@@ -126,6 +126,7 @@ class TrainingSteps:
     unscales: list[Unscale] = field(default_factory=list)  # before clipping / reading .grad
     clips: list[Clip] = field(default_factory=list)  # gradient clipping between backward/step
     notes: list[Note] = field(default_factory=list)  # sites left alone
+    refused: bool = False  # a training step was found but cannot be rewritten safely
 
     @property
     def found(self) -> bool:
@@ -203,6 +204,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                      "training step left unchanged")
                 for u in unscales if _unguarded_none(u, facts)]
     if protocol.problems or unbound:
+        result.refused = True
         result.notes.extend(unbound)
         result.notes.extend(
             Note(p.code, p.node, f"{p.message}; training step left unchanged")
