@@ -3,7 +3,7 @@ and the places where an optimizer's state is restored from a checkpoint dict."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -37,16 +37,21 @@ class Checkpoints:
     saved: list[SavedState]
     restored: list[RestoredState]
     key: str  # the checkpoint key for the scaler's state
+    # `torch.save(optimizer.state_dict(), path)`: an optimizer's state saved on its own
+    alone: list[CallSite] = field(default_factory=list)
 
 
 def analyse_checkpoints(facts: ModuleFacts, kinds: KindTable) -> Checkpoints:
     key = "scaler" if "scaler" not in facts.strings else "grad_scaler"
     saved: list[SavedState] = []
     restored: list[RestoredState] = []
+    alone: list[CallSite] = []
     for site in facts.calls:
         if _is_save(site.call, facts):
             for arg in site.call.args:
                 saved.extend(_optimizer_entries(arg.value, site, facts, kinds))
+            if site.call.args and _is_optimizer_state(site.call.args[0].value, kinds):
+                alone.append(site)
         elif _is_optimizer_load(site.call, kinds):
             state = site.call.args[0].value
             on_own_line = site.small is not None and (
@@ -55,7 +60,7 @@ def analyse_checkpoints(facts: ModuleFacts, kinds: KindTable) -> Checkpoints:
             if (on_own_line and isinstance(state, cst.Subscript)
                     and dotted(state.value) is not None):
                 restored.append(RestoredState(site, state.value))
-    return Checkpoints(_unique(saved), restored, key)
+    return Checkpoints(_unique(saved), restored, key, alone)
 
 
 def _is_save(call: cst.Call, facts: ModuleFacts) -> bool:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from amprewrite.analysis.checkpoints import Checkpoints, SavedState
 from amprewrite.analysis.training_step import Note
-from amprewrite.catalog import CHANGE, declare
+from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import insert_after, one_per_line
 from amprewrite.rules.registry import Example, rule
@@ -31,7 +31,20 @@ SCALER_STATE_RESTORED = declare(
 )
 
 
+OPTIMIZER_SAVED_ALONE = declare(
+    "AMP122", SKIP, "optimizer state saved on its own, without the scaler's",
+    "`torch.save(optimizer.state_dict(), path)` writes a file per state, not a checkpoint "
+    "dict: save `scaler.state_dict()` the same way next to it and load it where the "
+    "optimizer's is loaded (when the file exists), or a resumed float16 run starts again from "
+    "the initial scale.",
+)
+
+
 def checkpoint_scaler(ctx: RuleContext, checkpoints: Checkpoints) -> None:
+    for site in checkpoints.alone:
+        ctx.notes.append(Note(OPTIMIZER_SAVED_ALONE, site.call, "the optimizer's state is saved "
+                              f"on its own: save `{ctx.scaler_expr}.state_dict()` next to it "
+                              "and restore it where the optimizer's is restored"))
     last_entry: dict[int, SavedState] = {}
     for state in checkpoints.saved:  # one scaler entry per dict: after its last optimizer entry
         key = id(state.container) if state.container is not None else id(state.entry)
@@ -179,5 +192,5 @@ torch.save({
 )
 
 
-RULE = rule("checkpoint", (SCALER_STATE_SAVED, SCALER_STATE_RESTORED), _plan,
-            examples=_CHECKPOINT_EXAMPLES)
+RULE = rule("checkpoint", (SCALER_STATE_SAVED, SCALER_STATE_RESTORED, OPTIMIZER_SAVED_ALONE),
+            _plan, examples=_CHECKPOINT_EXAMPLES)
