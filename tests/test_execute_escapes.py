@@ -25,6 +25,7 @@ CASES = {  # fixture -> relative tolerance on the final loss
     "model_sampled_token_ids": 0.05,
     "rule_dummy_optimizer_schedule": 0.05,
     "rule_inner_critic_loop": 0.1,
+    "trainer_optimizer_built_in_run": 0.05,
     "rule_bce_inline_forward": 0.1,
     "rule_bce_inline_backward": 0.05,
     "sigmoid_forward_bce": 0.05,

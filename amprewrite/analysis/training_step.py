@@ -373,6 +373,11 @@ def _unguarded_none(unscale: Unscale, facts: ModuleFacts) -> bool:
     around the unscale point tests it."""
     key = receiver_key(unscale.optimizer)
     may_be_none = any(key in b.keys and _none_branch(b.value) for b in facts.bindings)
+    function = facts.statements[unscale.statement].function if key is not None else None
+    if may_be_none and key is not None and bound_on_every_path(key, unscale.statement, facts) \
+            and not any(key in b.keys and _none_branch(b.value)
+                        for b in facts.bindings if b.function is function):
+        return False  # `self.optimizer = None` in `__init__`, built on every path before here
     return may_be_none and not any(
         isinstance(outer, cst.If) and key in set(iter_keys(outer.test))
         for outer in facts.enclosing_statements(unscale.statement))
