@@ -66,6 +66,7 @@ KEPT_BY_REVERT = {
     "rule_escape_returns_and_methods": b"meter.update(out.float(), yb)",
     "model_output_object": b"logits.cpu().float().numpy()",
     "model_returns_attention_list": b"last.detach().float().numpy()",
+    "loss_object_mines_with_numpy": b"distances(embeddings).detach().cpu().float().numpy()",
     "rule_index_store_in_forward": b"(self.score(query, items[0]) * scores[keep]).float()",
     "model_tuple_int_output": b"scores.float().numpy().shape",
     "vae_loss_helper": b"loss_function(recon_batch.float(), data, mu, logvar)",

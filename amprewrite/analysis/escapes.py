@@ -126,6 +126,7 @@ class _Scopes:
         for function in facts.functions:
             self.by_name.setdefault(function.name.value, []).append(function)
         self.parameter_uses: dict[tuple[str, bool], dict[int | str, list[Escape]]] = {}
+        self.passed_forwards = _passed_forwards(facts, self.by_name)
         # (function, low parameters, autocast) -> which returned values are low
         self.given: dict[tuple[cst.FunctionDef, frozenset[str], bool], tuple[bool, ...]] = {}
         self.model_forwards = _model_forwards(facts)  # `model` -> Net.forward for `Net()`
@@ -143,7 +144,7 @@ class _Scopes:
         self.given.clear()
         _Scope(self, autocast=False).block(self.facts.module.body)
         for function in self.facts.functions:
-            scope = _Scope(self, autocast=function in self.under_caller)
+            scope = _Scope(self, autocast=function in self.under_caller, function=function)
             scope.block(function.body.body)
             if not record:
                 self.returns[function.name.value] = scope.returned
@@ -152,17 +153,22 @@ class _Scopes:
                     self.forward_returns[function] = scope.returned
                     self.forward_held[function] = scope.returned_containers
 
-    def float32_parameters(self, call: cst.Call, autocast: bool) -> dict[int | str, list[Escape]]:
+    def float32_parameters(
+        self, call: cst.Call, autocast: bool, caller: cst.FunctionDef | None
+    ) -> dict[int | str, list[Escape]]:
         """The parameters of the module function `call` reaches (by position, and by name)
         whose value reaches a float32 use inside it, each with those uses."""
         name = (dotted(call.func) or "").removeprefix("self.")
-        if (name, autocast) not in self.parameter_uses:
-            self.parameter_uses[name, autocast] = {}  # a recursive call sees none
+        passed = self.passed_forwards.get((caller, name)) if caller is not None else None
+        callees = [passed] if passed is not None else self._callees(name)
+        key = (name if passed is None else f"{name} in {id(caller)}", autocast)
+        if key not in self.parameter_uses:
+            self.parameter_uses[key] = {}  # a recursive call sees none
             uses: dict[int | str, list[Escape]] = {}
-            for function in self._callees(name):
+            for function in callees:
                 uses.update(self._parameter_uses(function, name, autocast))
-            self.parameter_uses[name, autocast] = uses
-        return self.parameter_uses[name, autocast]
+            self.parameter_uses[key] = uses
+        return self.parameter_uses[key]
 
     def _callees(self, name: str) -> list[cst.FunctionDef]:
         """The module's functions `name` may call: `helper`, `self.helper`, or the methods
@@ -198,7 +204,7 @@ class _Scopes:
         key = (function, low, autocast or function in self.under_caller)
         if key not in self.given:
             self.given[key] = ()  # a recursive call sees nothing low
-            probe = _Scope(self, autocast=key[2])
+            probe = _Scope(self, autocast=key[2], function=function)
             probe.low, probe.probe = set(low), []
             probe.block(function.body.body)
             self.given[key] = probe.returned
@@ -206,7 +212,7 @@ class _Scopes:
 
     def _probe(self, function: cst.FunctionDef, low: set[str], autocast: bool) -> list[Escape]:
         """The float32 uses inside `function` that low-precision `low` reach."""
-        probe = _Scope(self, autocast=autocast)
+        probe = _Scope(self, autocast=autocast, function=function)
         probe.low, probe.probe = set(low), []
         probe.block(function.body.body)
         return probe.probe
@@ -232,8 +238,11 @@ def _arguments_for(
 class _Scope:
     """Follows low-precision keys through one function body, in source order."""
 
-    def __init__(self, scopes: _Scopes, autocast: bool) -> None:
+    def __init__(
+        self, scopes: _Scopes, autocast: bool, function: cst.FunctionDef | None = None
+    ) -> None:
         self.s = scopes
+        self.function = function  # the function whose body this scope follows
         self.base_autocast = autocast
         self.low: set[str] = set()
         self.containers: set[str] = set()
@@ -427,11 +436,12 @@ class _Scope:
             for arg in call.args:
                 self.cast_if_low(arg.value, f"`{dotted(func)}` (numpy has no bfloat16)")
             return
-        needs = self.s.float32_parameters(call, self.autocast)
+        needs = self.s.float32_parameters(call, self.autocast, self.function)
         if needs:
             for arg, uses in _arguments_for(call, needs):
-                if self.is_low(arg.value) and self.is_container(arg.value):
-                    # `.float()` fits the tensors, not the list: cast where they are used
+                if self.is_low(arg.value) and (self.autocast or self.is_container(arg.value)):
+                    # Under autocast the callee's layers would make a cast argument low again;
+                    # `.float()` fits the tensors, not a list: cast where they are used
                     for use in uses:
                         self.add(use.node, use.use, use.statement)
                 else:
@@ -737,6 +747,32 @@ def _run_under_caller(
         if name in by_name:
             under.add(by_name[name])
     return under
+
+
+def _passed_forwards(
+    facts: ModuleFacts, by_name: dict[str, list[cst.FunctionDef]]
+) -> dict[tuple[cst.FunctionDef, str], cst.FunctionDef]:
+    """(function, parameter) -> the `forward` of the file's class whose instance every call of
+    the function passes there (`train(model, OnlineContrastiveLoss(1.0), opt)`: `loss_fn`)."""
+    forwards = {cls.name.value: f for f, cls in facts.function_class.items()
+                if f.name.value == "forward"}
+    seen: dict[tuple[cst.FunctionDef, str], set[cst.FunctionDef | None]] = {}
+    for site in facts.calls:
+        callees = by_name.get(dotted(site.call.func) or "", [])
+        if len(callees) != 1:
+            continue
+        positional, _ = facts.parameters(callees[0])
+        for position, arg in enumerate(site.call.args):
+            name = arg.keyword.value if arg.keyword is not None else (
+                positional[position] if position < len(positional) else None)
+            if name is None or arg.star:
+                continue
+            value = arg.value
+            forward = forwards.get(dotted(value.func) or "") if isinstance(value, cst.Call) \
+                else None
+            seen.setdefault((callees[0], name), set()).add(forward)
+    return {key: next(iter(found)) for key, found in seen.items()
+            if len(found) == 1 and None not in found}  # type: ignore[misc]
 
 
 def _model_forwards(facts: ModuleFacts) -> dict[str, cst.FunctionDef]:
