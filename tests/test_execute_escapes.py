@@ -27,6 +27,8 @@ CASES = {  # fixture -> relative tolerance on the final loss
     "rule_inner_critic_loop": 0.1,
     "trainer_optimizer_built_in_run": 0.05,
     "loss_object_mines_with_numpy": 0.1,
+    "attention_injected_submodules": 0.1,
+    "critics_built_in_one_tuple": 0.1,
     "rule_bce_inline_forward": 0.1,
     "rule_bce_inline_backward": 0.05,
     "sigmoid_forward_bce": 0.05,

@@ -67,6 +67,8 @@ KEPT_BY_REVERT = {
     "model_output_object": b"logits.cpu().float().numpy()",
     "model_returns_attention_list": b"last.detach().float().numpy()",
     "loss_object_mines_with_numpy": b"distances(embeddings).detach().cpu().float().numpy()",
+    "attention_injected_submodules": b"torch.finfo(scores.dtype).min",
+    "critics_built_in_one_tuple": b"q1.train_net(td_target.float(), s, a)",
     "rule_index_store_in_forward": b"(self.score(query, items[0]) * scores[keep]).float()",
     "model_tuple_int_output": b"scores.float().numpy().shape",
     "vae_loss_helper": b"loss_function(recon_batch.float(), data, mu, logvar)",

@@ -275,9 +275,27 @@ def _model_classes_run(regions: list[Region], facts: ModuleFacts, kinds: KindTab
         if name in done:
             continue
         cls = done[name] = classes[name]
+        if _runs_injected_submodule(cls):
+            return list(classes.values())  # a submodule of unknown class: every class may run
         pending.extend(dotted(b.value) for b in cls.bases if dotted(b.value) in classes)
         pending.extend(c for c in _classes_built(cls) if c in classes)
     return list(done.values())
+
+
+def _runs_injected_submodule(cls: cst.ClassDef) -> bool:
+    """Whether `cls` calls a submodule it was given rather than built (`self.attn = attn` in
+    `__init__`, then `self.attn(x)`), as models assembled by a factory do."""
+    built: set[str] = set()
+    called: set[str] = set()
+    for node in descendants(cls.body):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+            built.update(dotted(t.target) or "" for t in node.targets)
+        elif isinstance(node, cst.Call):
+            name = dotted(node.func) or ""
+            if name.startswith("self.") and name.count(".") == 1:
+                called.add(name)
+    methods = {f"self.{n.name.value}" for n in cls.body.body if isinstance(n, cst.FunctionDef)}
+    return bool(called - built - methods)
 
 
 def _local_callees(node: cst.CSTNode, functions: dict[str, cst.FunctionDef],
@@ -306,11 +324,16 @@ def _classes_called(regions: list[Region], facts: ModuleFacts, kinds: KindTable,
     for region in regions:
         for statement in region.statements:
             for node in walk(statement):
-                if not (isinstance(node, cst.Call) and is_model_call(node, kinds)):
+                if not isinstance(node, cst.Call):
                     continue
                 func = node.func
-                key = dotted(func) if kinds.of_expr(func) is Kind.MODEL else dotted(
-                    func.value) if isinstance(func, cst.Attribute) else None
+                if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+                    key = dotted(func.value)  # `model.forward(x)`: the model's forward too
+                elif is_model_call(node, kinds):
+                    key = dotted(func) if kinds.of_expr(func) is Kind.MODEL else dotted(
+                        func.value) if isinstance(func, cst.Attribute) else None
+                else:
+                    continue
                 built = builders.get(key or "")
                 if built not in classes:
                     return list(classes)  # a model of unknown class: every class may run

@@ -195,6 +195,13 @@ class KindTable:
 
     def _from_bindings(self) -> None:
         for binding in self.facts.bindings:
+            value = binding.value
+            if (isinstance(value, cst.Tuple | cst.List) and len(binding.keys) > 1
+                    and len(value.elements) == len(binding.keys)
+                    and not any(isinstance(e, cst.StarredElement) for e in value.elements)):
+                for key, element in zip(binding.keys, value.elements, strict=True):
+                    self._set(key, self.kind_of_value(element.value))  # `q1, q2 = Q(), Q()`
+                continue
             if len(binding.keys) != 1:
                 continue
             self._set(binding.keys[0], self.kind_of_value(binding.value))
