@@ -186,11 +186,14 @@ class _Scopes:
         function's own, cast where it is, not the callers'."""
         autocast = autocast or function in self.under_caller
         positional, keyword_only = self.facts.parameters(function)
-        own = {id(escape.node) for escape in self._probe(function, set(), autocast)}
+        own: set[int] | None = None  # computed once, when a parameter reaches any use
         uses: dict[int | str, list[Escape]] = {}
         for position, param in [*enumerate(positional), *((None, p) for p in keyword_only)]:
+            reached = self._probe(function, {param}, autocast)
+            if reached and own is None:
+                own = {id(escape.node) for escape in self._probe(function, set(), autocast)}
             found = [Escape(e.node, e.statement, f"{e.use} in `{name}()`")
-                     for e in self._probe(function, {param}, autocast) if id(e.node) not in own]
+                     for e in reached if own is not None and id(e.node) not in own]
             if found:
                 uses[param] = found
                 if position is not None:
