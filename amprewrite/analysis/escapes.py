@@ -756,26 +756,36 @@ def _passed_forwards(
     facts: ModuleFacts, by_name: dict[str, list[cst.FunctionDef]]
 ) -> dict[tuple[cst.FunctionDef, str], cst.FunctionDef]:
     """(function, parameter) -> the `forward` of the file's class whose instance every call of
-    the function passes there (`train(model, OnlineContrastiveLoss(1.0), opt)`: `loss_fn`)."""
+    the function passes there: built in the call (`train(model, ContrastiveLoss(1.0), opt)`),
+    bound to a name first (`loss_fn = ContrastiveLoss(1.0)`), or handed on by a caller's own
+    parameter (`fit(..., loss_fn)` calling `train_epoch(..., loss_fn)`)."""
     forwards = {cls.name.value: f for f, cls in facts.function_class.items()
                 if f.name.value == "forward"}
-    seen: dict[tuple[cst.FunctionDef, str], set[cst.FunctionDef | None]] = {}
-    for site in facts.calls:
-        callees = by_name.get(dotted(site.call.func) or "", [])
-        if len(callees) != 1:
-            continue
-        positional, _ = facts.parameters(callees[0])
-        for position, arg in enumerate(site.call.args):
-            name = arg.keyword.value if arg.keyword is not None else (
-                positional[position] if position < len(positional) else None)
-            if name is None or arg.star:
+    bound = _model_forwards(facts)
+    passed: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
+    for _ in range(3):  # a value handed through up to three functions
+        seen: dict[tuple[cst.FunctionDef, str], set[cst.FunctionDef | None]] = {}
+        for site in facts.calls:
+            callees = by_name.get(dotted(site.call.func) or "", [])
+            if len(callees) != 1:
                 continue
-            value = arg.value
-            forward = forwards.get(dotted(value.func) or "") if isinstance(value, cst.Call) \
-                else None
-            seen.setdefault((callees[0], name), set()).add(forward)
-    return {key: next(iter(found)) for key, found in seen.items()
-            if len(found) == 1 and None not in found}  # type: ignore[misc]
+            positional, _ = facts.parameters(callees[0])
+            for position, arg in enumerate(site.call.args):
+                name = arg.keyword.value if arg.keyword is not None else (
+                    positional[position] if position < len(positional) else None)
+                if name is None or arg.star:
+                    continue
+                value, key = arg.value, dotted(arg.value) or ""
+                if isinstance(value, cst.Call):
+                    forward = forwards.get(dotted(value.func) or "")
+                elif site.function is not None and (site.function, key) in passed:
+                    forward = passed[site.function, key]
+                else:
+                    forward = bound.get(key)
+                seen.setdefault((callees[0], name), set()).add(forward)
+        passed = {key: next(iter(found)) for key, found in seen.items()  # type: ignore[misc]
+                  if len(found) == 1 and None not in found}
+    return passed
 
 
 def _model_forwards(facts: ModuleFacts) -> dict[str, cst.FunctionDef]:
