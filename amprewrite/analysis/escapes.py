@@ -125,7 +125,9 @@ class _Scopes:
         self.by_name: dict[str, list[cst.FunctionDef]] = {}
         for function in facts.functions:
             self.by_name.setdefault(function.name.value, []).append(function)
-        self.parameter_uses: dict[tuple[str, bool], dict[int | str, list[Escape]]] = {}
+        # (callee name, autocast, the forward a parameter is bound to) -> parameter uses
+        self.parameter_uses: dict[
+            tuple[str, bool, cst.FunctionDef | None], dict[int | str, list[Escape]]] = {}
         self.passed_forwards = _passed_forwards(facts, self.by_name)
         # (function, low parameters, autocast) -> which returned values are low
         self.given: dict[tuple[cst.FunctionDef, frozenset[str], bool], tuple[bool, ...]] = {}
@@ -161,7 +163,7 @@ class _Scopes:
         name = (dotted(call.func) or "").removeprefix("self.")
         passed = self.passed_forwards.get((caller, name)) if caller is not None else None
         callees = [passed] if passed is not None else self._callees(name)
-        key = (name if passed is None else f"{name} in {id(caller)}", autocast)
+        key = (name, autocast, passed)
         if key not in self.parameter_uses:
             self.parameter_uses[key] = {}  # a recursive call sees none
             uses: dict[int | str, list[Escape]] = {}
@@ -759,8 +761,7 @@ def _passed_forwards(
     the function passes there: built in the call (`train(model, ContrastiveLoss(1.0), opt)`),
     bound to a name first (`loss_fn = ContrastiveLoss(1.0)`), or handed on by a caller's own
     parameter (`fit(..., loss_fn)` calling `train_epoch(..., loss_fn)`)."""
-    forwards = {cls.name.value: f for f, cls in facts.function_class.items()
-                if f.name.value == "forward"}
+    forwards = _forwards_by_class(facts)
     bound = _model_forwards(facts)
     passed: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
     for _ in range(3):  # a value handed through up to three functions
@@ -788,11 +789,16 @@ def _passed_forwards(
     return passed
 
 
+def _forwards_by_class(facts: ModuleFacts) -> dict[str, cst.FunctionDef]:
+    """The `forward` of each of the file's classes that defines one, by class name."""
+    return {cls.name.value: f for f, cls in facts.function_class.items()
+            if f.name.value == "forward"}
+
+
 def _model_forwards(facts: ModuleFacts) -> dict[str, cst.FunctionDef]:
     """Keys bound to an instance of one of the file's classes (`model = Net().to(device)`),
     each with that class's `forward`."""
-    forwards = {cls.name.value: f for f, cls in facts.function_class.items()
-                if f.name.value == "forward"}
+    forwards = _forwards_by_class(facts)
     found: dict[str, cst.FunctionDef] = {}
     for binding in facts.bindings:
         value = binding.value
