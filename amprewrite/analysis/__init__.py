@@ -32,6 +32,7 @@ from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_build
 from amprewrite.analysis.ray_train import RayAmp, ray_amp
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
 from amprewrite.analysis.sigmoid_outputs import SaturatingInput, saturating_inputs
+from amprewrite.analysis.stored_forwards import forwards_elsewhere
 from amprewrite.analysis.trainer_apis import TrainerApis, trainer_apis
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps, analyse_training
 from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses, unsafe_helpers
@@ -178,7 +179,9 @@ class ModuleAnalysis:
         training_functions = {site.function for site in self.training.backwards}
         return [*manual_casts(self.facts), *unscaled_autograd_grad(self.facts, training_functions),
                 *self.amp_in_training.notes, *self.apex.unused_imports,
-                *gram_matrices(self.facts, self.kinds, self._regions)]
+                *gram_matrices(self.facts, self.kinds, self._regions),
+                *forwards_elsewhere(self.training_regions.regions, self.producer_regions.regions,
+                                    self.facts, self.kinds)]
 
     @cached_property
     def sharded(self) -> bool:
