@@ -60,19 +60,28 @@ def declare(id: str, severity: Severity, title: str, advice: str) -> Code:
 _PACKAGES = ("amprewrite.analysis", "amprewrite.rules", "amprewrite.recipes")
 
 
+_loaded = False
+
+
 def codes() -> dict[str, Code]:
-    """Every declared code by id, in id order (imports every module that may declare one)."""
-    importlib.import_module("amprewrite.findings")
-    for package_name in _PACKAGES:
-        package = importlib.import_module(package_name)
-        for module in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"{package_name}.{module.name}")
+    """Every declared code by id, in id order (imports, the first time, every module that may
+    declare one)."""
+    global _loaded
+    if not _loaded:
+        importlib.import_module("amprewrite.findings")
+        for package_name in _PACKAGES:
+            package = importlib.import_module(package_name)
+            for module in pkgutil.iter_modules(package.__path__):
+                importlib.import_module(f"{package_name}.{module.name}")
+        _loaded = True
     return dict(sorted(_DECLARED.items()))
 
 
 def lookup(code_id: str) -> Code | None:
     """The declared code with this id; None for an unregistered one (a plugin's, a test's)."""
-    return _DECLARED.get(code_id) or codes().get(code_id)
+    if code_id not in _DECLARED and not _loaded:
+        codes()  # a module that declares it may not be imported yet
+    return _DECLARED.get(code_id)
 
 
 def severity_of(code_id: str) -> Severity:
@@ -108,6 +117,7 @@ def rules_page() -> str:
     from amprewrite.options import Options
     from amprewrite.recipes import recipes
 
+    defaults = Options()
     lines = ["# Rules", "", "Generated from the rule modules (`python -m amprewrite.catalog`): "
              "each rule's codes and examples, which are also its tests "
              "(`tests/test_rule_examples.py`). Recipes run their rules in this order; see "
@@ -122,7 +132,7 @@ def rules_page() -> str:
             for example in rule.examples:
                 shown = ", ".join(code.id for code in example.codes)
                 flags = " ".join(f"{key}={value}" for key, value in vars(example.options).items()
-                                 if getattr(Options(), key) != value)
+                                 if getattr(defaults, key) != value)
                 lines.append(f"Example ({shown}{'; ' + flags if flags else ''}):")
                 lines.append("")
                 if example.after is None:
