@@ -128,10 +128,10 @@ class _Scopes:
         # (callee name, autocast, the forward a parameter is bound to) -> parameter uses
         self.parameter_uses: dict[
             tuple[str, bool, cst.FunctionDef | None], dict[int | str, list[Escape]]] = {}
-        self.passed_forwards = _passed_forwards(facts, self.by_name)
         # (function, low parameters, autocast) -> which returned values are low
         self.given: dict[tuple[cst.FunctionDef, frozenset[str], bool], tuple[bool, ...]] = {}
         self.model_forwards = _model_forwards(facts)  # `model` -> Net.forward for `Net()`
+        self.passed_forwards = _passed_forwards(facts, self.by_name, self.model_forwards)
         self.forward_returns: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.forward_held: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.array_objects = {  # `writer = SummaryWriter(...)`, `run = wandb.init(...)`
@@ -209,18 +209,23 @@ class _Scopes:
         key = (function, low, autocast or function in self.under_caller)
         if key not in self.given:
             self.given[key] = ()  # a recursive call sees nothing low
-            probe = _Scope(self, autocast=key[2], function=function)
-            probe.low, probe.probe = set(low), []
-            probe.block(function.body.body)
-            self.given[key] = probe.returned
+            self.given[key] = self._probed(function, low, key[2]).returned
         return self.given[key]
 
     def _probe(self, function: cst.FunctionDef, low: set[str], autocast: bool) -> list[Escape]:
         """The float32 uses inside `function` that low-precision `low` reach."""
+        probed = self._probed(function, low, autocast).probe
+        assert probed is not None
+        return probed
+
+    def _probed(
+        self, function: cst.FunctionDef, low: Iterable[str], autocast: bool
+    ) -> _Scope:
+        """`function`'s body followed with `low` low precision, recording nothing."""
         probe = _Scope(self, autocast=autocast, function=function)
         probe.low, probe.probe = set(low), []
         probe.block(function.body.body)
-        return probe.probe
+        return probe
 
 
 def _arguments_for(
@@ -755,14 +760,14 @@ def _run_under_caller(
 
 
 def _passed_forwards(
-    facts: ModuleFacts, by_name: dict[str, list[cst.FunctionDef]]
+    facts: ModuleFacts, by_name: dict[str, list[cst.FunctionDef]],
+    bound: dict[str, cst.FunctionDef],
 ) -> dict[tuple[cst.FunctionDef, str], cst.FunctionDef]:
     """(function, parameter) -> the `forward` of the file's class whose instance every call of
     the function passes there: built in the call (`train(model, ContrastiveLoss(1.0), opt)`),
     bound to a name first (`loss_fn = ContrastiveLoss(1.0)`), or handed on by a caller's own
     parameter (`fit(..., loss_fn)` calling `train_epoch(..., loss_fn)`)."""
     forwards = _forwards_by_class(facts)
-    bound = _model_forwards(facts)
     passed: dict[tuple[cst.FunctionDef, str], cst.FunctionDef] = {}
     for _ in range(3):  # a value handed through up to three functions
         seen: dict[tuple[cst.FunctionDef, str], set[cst.FunctionDef | None]] = {}
