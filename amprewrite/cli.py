@@ -11,11 +11,12 @@ import click
 
 from amprewrite import __version__
 from amprewrite.config import ConfigError, find_pyproject, read_config
-from amprewrite.discovery import DEFAULT_INCLUDE, find_targets
+from amprewrite.discovery import DEFAULT_INCLUDE, Target, find_targets
 from amprewrite.filters import keep_findings
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
 from amprewrite.output_formats import print_github, print_json
 from amprewrite.parallel import run_files
+from amprewrite.project.rewrite import links_projects
 from amprewrite.report import (
     Verbosity,
     apply_hint,
@@ -26,7 +27,7 @@ from amprewrite.report import (
     runtime_hint,
     summary,
 )
-from amprewrite.runner import FileOutcome, Status, process_source
+from amprewrite.runner import FileOutcome, Status, is_notebook, process_source
 
 STDIN = "-"
 
@@ -134,8 +135,9 @@ def main(
     [include] = _patterns(settings["include"] or DEFAULT_INCLUDE)
     found = find_targets([Path(path) for path in paths if path != STDIN], excludes,
                          root if settings["force_exclude"] else None, include)
-    outcomes.extend(run_files(found.targets, options, write, jobs,
-                              progress=output_format == "text"))
+    linked, alone = _projects(found.targets, options, write)
+    outcomes.extend(linked)
+    outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
     codes = _codes(settings["select"]), _codes(settings["ignore"])
     outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
     text = summary(outcomes, would=not write, excluded=found.excluded)
@@ -152,6 +154,24 @@ def main(
             _print_hints(ctx, outcomes)
             click.echo(text, err=True)
     sys.exit(exit_code(outcomes, exit_zero))
+
+
+def _projects(
+    targets: list[Target], options: Options, write: bool
+) -> tuple[list[FileOutcome], list[Target]]:
+    """The outcomes of the files whose training step spans several modules (rewritten
+    together), and the targets left to rewrite one by one."""
+    sources = {t.path.resolve(): t for t in targets if not is_notebook(str(t.path))}
+    if not sources or not links_projects(options):
+        return [], targets
+    from amprewrite.project.rewrite import rewrite_project  # only runs that name Python files
+
+    outcomes, handled = rewrite_project({p: str(t.path) for p, t in sources.items()},
+                                        options, write)
+    explicit = {str(t.path): t.explicit for t in targets}
+    for outcome in outcomes:
+        outcome.explicit = explicit.get(outcome.path, True)
+    return outcomes, [t for t in targets if t.path.resolve() not in handled]
 
 
 def _print_hints(ctx: click.Context, outcomes: list[FileOutcome]) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis import analyse
+from amprewrite.analysis import ModuleAnalysis, analyse
 from amprewrite.analysis.training_step import Note
 from amprewrite.codegen import Layout, locate, render_module
 from amprewrite.findings import (
@@ -72,7 +72,13 @@ def _run(
 ) -> RewriteResult:
     """Analyse `module` (parsed from, or rendered as, `source`), run the recipe that applies,
     and carry out its plan; `carried` is the scaler arguments a migration found."""
-    analysis = analyse(module, scaler_arguments=carried)
+    return rewrite_analysed(analyse(module, scaler_arguments=carried), source, options)
+
+
+def rewrite_analysed(analysis: ModuleAnalysis, source: bytes, options: Options) -> RewriteResult:
+    """Run the recipe that applies to an analysed module (parsed from `source`) and carry
+    out its plan: a project's modules come here with their links."""
+    module = analysis.facts.module
     recipe = choose(analysis, options)
     ctx = recipe.context(analysis, options)
     for rule in recipe.rules:
@@ -149,6 +155,12 @@ def _check_decodes(source: bytes) -> None:
 
 _UNDECODABLE = ("cannot decode: not UTF-8 and no valid `# -*- coding: ... -*-` declaration; "
                 "file left unchanged")
+
+
+def parse(source: bytes) -> cst.Module:
+    """Parse `source` (after checking it decodes), or raise RewriteError (AMP003/AMP004)."""
+    _check_decodes(source)
+    return _parse(source)
 
 
 def _parse(source: bytes) -> cst.Module:

@@ -59,7 +59,7 @@ def process_source(path: str, source: bytes, options: Options, explicit: bool) -
         if not isinstance(result.source, bytes):
             raise TypeError(f"the engine returned {type(result.source).__name__}, not bytes")
     except Exception as exc:
-        return _failed(path, explicit, _rewrite_failure(exc), source)
+        return _failed(path, explicit, rewrite_failure(exc), source)
     changed = result.changed and result.source != source
     status = Status.CHANGED if changed else Status.UNCHANGED
     return FileOutcome(path, status, list(result.findings), source,
@@ -72,7 +72,7 @@ def _process_notebook(path: str, source: bytes, options: Options, explicit: bool
     try:
         result = rewrite_notebook(source, options)
     except Exception as exc:
-        return _failed(path, explicit, _rewrite_failure(exc), source)
+        return _failed(path, explicit, rewrite_failure(exc), source)
     status = Status.CHANGED if result.changed else Status.UNCHANGED
     return FileOutcome(path, status, result.findings, source, result.source, explicit,
                        result.cells)
@@ -102,7 +102,7 @@ def process_file(path: Path, options: Options, write: bool, explicit: bool) -> F
             outcome.after = source
             outcome.cells = None if outcome.cells is None else replace(
                 outcome.cells, after=outcome.cells.before)
-            outcome.findings.append(_write_failure(exc))
+            outcome.findings.append(write_failure(exc))
     return outcome
 
 
@@ -110,7 +110,7 @@ def _failed(path: str, explicit: bool, finding: Finding, source: bytes = b"") ->
     return FileOutcome(path, Status.FAILED, [finding], source, source, explicit)
 
 
-def _rewrite_failure(exc: Exception) -> Finding:
+def rewrite_failure(exc: Exception) -> Finding:
     if isinstance(exc, RewriteError):
         return exc.finding
     if isinstance(exc, UnicodeError) or type(exc) is LookupError:  # LookupError: no codec
@@ -126,7 +126,7 @@ def _rewrite_failure(exc: Exception) -> Finding:
     return _internal(exc)
 
 
-def _write_failure(exc: Exception) -> Finding:
+def write_failure(exc: Exception) -> Finding:
     if isinstance(exc, UnparsableOutput):
         return Finding(CANNOT_PROCESS, 1, 1,
                        f"internal error: {exc}; {LEFT_ALONE}, please report it")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -37,6 +38,9 @@ from amprewrite.analysis.trainer_apis import TrainerApis, trainer_apis
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps, analyse_training
 from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses, unsafe_helpers
 
+if TYPE_CHECKING:
+    from amprewrite.project.links import ModuleLinks
+
 
 class ModuleAnalysis:
     """Every fact the rules need about one module. Each is computed on first use, so a recipe
@@ -48,6 +52,9 @@ class ModuleAnalysis:
         # The grad scaler's arguments as the script's own source text, carried forward from
         # a migration (apex's `opt_level=args.opt_level`); None: built from the options.
         self.scaler_arguments = scaler_arguments
+        # How the grad scaler crosses into and out of this module, when it is rewritten as
+        # part of a project (`amprewrite.project`); None: a file on its own.
+        self.links: ModuleLinks | None = None
 
     @cached_property
     def existing_amp(self) -> str | None:
@@ -210,7 +217,7 @@ class ModuleAnalysis:
     @property
     def has_work(self) -> bool:
         return (self.training.found or bool(self.evaluation_regions.regions)
-                or bool(self.custom_functions))
+                or bool(self.custom_functions) or bool(self.links))
 
     @property
     def partial_amp(self) -> bool:

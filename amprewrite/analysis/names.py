@@ -42,6 +42,8 @@ class ImportTable:
 
     def __init__(self) -> None:
         self.aliases: dict[str, str] = {}
+        # Relative imports, kept apart (`.engine.train`): only a project's resolution uses them.
+        self.relative: dict[str, str] = {}
 
     def add(self, node: cst.Import | cst.ImportFrom) -> None:
         if isinstance(node, cst.Import):
@@ -53,13 +55,15 @@ class ImportTable:
                     top = full.split(".")[0]
                     self.aliases[top] = top
             return
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        if isinstance(node.names, cst.ImportStar) or (node.module is None and not node.relative):
             return
-        module = dotted(node.module) or ""
+        module = (dotted(node.module) or "") if node.module is not None else ""
+        dots = "." * len(node.relative)
+        table = self.relative if dots else self.aliases
         for alias in node.names:
             name = dotted(alias.name) or ""
             local = _asname(alias) if alias.asname is not None else name
-            self.aliases[local] = f"{module}.{name}"
+            table[local] = f"{dots}{module}.{name}" if module else f"{dots}{name}"
 
     def resolve(self, node: cst.CSTNode) -> str | None:
         """Qualified dotted name of an expression built on an imported name, else None."""
@@ -68,6 +72,17 @@ class ImportTable:
             return None
         head, _, rest = key.partition(".")
         target = self.aliases.get(head)
+        if target is None:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+    def resolve_in_project(self, node: cst.CSTNode) -> str | None:
+        """Like `resolve`, relative imports included (`.engine.train_one_epoch`)."""
+        key = dotted(node)
+        if key is None:
+            return None
+        head, _, rest = key.partition(".")
+        target = self.aliases.get(head) or self.relative.get(head)
         if target is None:
             return None
         return f"{target}.{rest}" if rest else target

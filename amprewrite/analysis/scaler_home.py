@@ -17,7 +17,6 @@ from typing import Protocol
 import libcst as cst
 
 from amprewrite.analysis.facts import Block, ModuleFacts, Statement
-from amprewrite.analysis.names import FreshNames
 
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 
@@ -44,10 +43,9 @@ class Use(Protocol):
 
 def find_scaler_home(
     facts: ModuleFacts, uses: list[Use], optimizer_keys: set[str | None], global_index: int,
-    names: FreshNames,
+    name: str,
 ) -> ScalerHome:
-    """Where the one scaler lives, named by `names` (which reserves the name)."""
-    name = names.fresh(SCALER_NAMES)
+    """Where the one scaler, called `name`, lives."""
     functions = {site.function for site in uses}
     classes = {facts.function_class.get(f) for f in functions if f is not None}
     if None not in functions and len(classes) == 1 and None not in classes:

@@ -18,8 +18,9 @@ import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.names import FreshNames, receiver_key
-from amprewrite.analysis.scaler_home import find_scaler_home
+from amprewrite.analysis.scaler_home import SCALER_NAMES, find_scaler_home
 from amprewrite.options import Options
+from amprewrite.project.links import passed_optimizers
 from amprewrite.recipes import Recipe
 from amprewrite.rules import (
     autocast,
@@ -34,6 +35,7 @@ from amprewrite.rules import (
     regions,
     reproducibility,
     scaler_creation,
+    scaler_threading,
     scheduler,
     sites_left_alone,
     unsafe_loss,
@@ -49,7 +51,8 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         options = replace(options, dtype=analysis.amp_in_training.dtype)  # the author's choice
     facts, training = analysis.facts, analysis.training
     needs = Needs(
-        scaler=training.found and not (options.plain and options.dtype == "bfloat16"),
+        scaler=(training.found or bool(analysis.links))
+        and not (options.plain and options.dtype == "bfloat16"),
         autocast=any(split.autocasts for split in regions.splits(analysis))
         and not analysis.escapes.stuck,
         custom_functions=bool(analysis.custom_functions),
@@ -74,9 +77,20 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     uses = [*training.backwards, *training.steps, *(b.binding for b in builds),
             *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
     optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
-    home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis), ctx.names)
-    ctx.scaler_home = home
-    ctx.scaler_expr = home.expression
+    name = ctx.names.fresh(SCALER_NAMES)
+    links = analysis.links
+    if links:  # part of a project: the scaler may arrive as a parameter, or be passed on
+        uses += [p.site for p in links.passes]
+        optimizers |= {key for p in links.passes
+                       for key in passed_optimizers(p.site, analysis.kinds)}
+        if not links.receives_in_class:
+            received = {p.function for p in links.parameters}
+            uses = [use for use in uses if use.function not in received]
+            ctx.scaler_expr = name
+    if uses:  # else every use is in a function that receives the scaler
+        home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis), name)
+        ctx.scaler_home = home
+        ctx.scaler_expr = home.expression
     if options.plain:
         scheduler.decide_scale_variables(ctx, analysis.schedulers)
 
@@ -119,6 +133,7 @@ MIXED_PRECISION = Recipe(
         unsafe_loss.RULE,
         custom_function.RULE,
         scaler_creation.RULE,
+        scaler_threading.RULE,
         model_casting.RULE,
         loss_scaling.RULE,
         scheduler.RULE,

@@ -143,7 +143,7 @@ def _quote_of(node: cst.BaseExpression) -> str:
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
-    if ctx.scaler_home is not None:
+    if ctx.scaler_expr is not None:
         checkpoint_scaler(ctx, analysis.checkpoints)
 
 

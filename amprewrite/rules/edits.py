@@ -45,9 +45,10 @@ def append_arguments(new: Sequence[cst.Arg]) -> Builder:
             return node.with_changes(args=[*(a.with_changes(comma=space) for a in new[:-1]),
                                            new[-1]])
         last = args[-1]
-        if last.comma is cst.MaybeSentinel.DEFAULT:
-            args[-1] = last.with_changes(comma=space)
-            added = [*(a.with_changes(comma=space) for a in new[:-1]), new[-1]]
+        if last.comma is cst.MaybeSentinel.DEFAULT:  # what followed the last one ends the call
+            args[-1] = last.with_changes(comma=space, whitespace_after_arg=cst.SimpleWhitespace(""))
+            added = [*(a.with_changes(comma=space) for a in new[:-1]),
+                     new[-1].with_changes(whitespace_after_arg=last.whitespace_after_arg)]
         else:
             separator = args[-2].comma if len(args) > 1 else last.comma
             args[-1] = last.with_changes(comma=separator)
@@ -142,3 +143,58 @@ def one_per_line(build: Builder, indent: str) -> Builder:
         return built.with_changes(args=items, whitespace_before_args=newline(indent))
 
     return wrap
+
+
+def append_parameter(
+    name: str, default: cst.BaseExpression, comma_before: cst.Comma | None = None
+) -> Builder:
+    """A builder adding `name=default` to a function's parameters: last of the positional
+    ones, or keyword-only after `*args` / `*`, always before `**kwargs`; a trailing comma
+    (one parameter per line) is kept last. `comma_before`: the comma before it, when not `, `."""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Parameters)
+        keyword_only = not isinstance(node.star_arg, cst.MaybeSentinel)
+        field_name = "kwonly_params" if keyword_only else "params"
+        existing = list(getattr(node, field_name))
+        new = cst.Param(cst.Name(name), default=default,
+                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                              whitespace_after=cst.SimpleWhitespace("")))
+        ordered = _ordered_parameters(node)
+        last = ordered[-1] if ordered else None
+        space = comma_before or cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        trailing = last is not None and isinstance(last.comma, cst.Comma)
+        if trailing:  # `a,\n    b,\n)`: the new one on a line of its own, the comma kept
+            assert last is not None
+            separator = ordered[-2].comma if len(ordered) > 1 else last.comma
+            new = new.with_changes(comma=last.comma)
+            node = _with_comma(node, last, separator)
+            existing = list(getattr(node, field_name))
+        elif last is not None:
+            node = _with_comma(node, last, space)
+            existing = list(getattr(node, field_name))
+        if (not keyword_only and node.star_kwarg is not None and not trailing
+                and isinstance(new.comma, cst.MaybeSentinel)):
+            new = new.with_changes(comma=space)  # `**kwargs` still follows
+        return node.with_changes(**{field_name: [*existing, new]})
+
+    return build
+
+
+def _ordered_parameters(node: cst.Parameters) -> list[cst.Param]:
+    """The parameters in source order (those that carry commas)."""
+    star = [node.star_arg] if isinstance(node.star_arg, cst.Param) else []
+    kwargs = [node.star_kwarg] if node.star_kwarg is not None else []
+    return [*node.posonly_params, *node.params, *star, *node.kwonly_params, *kwargs]
+
+
+def _with_comma(node: cst.Parameters, param: cst.Param, comma: cst.Comma) -> cst.Parameters:
+    """`node` with `param` (one of its parameters) followed by `comma`."""
+    if param is node.star_kwarg:
+        return node  # `**kwargs` stays last: the new parameter goes before it
+    for field_name in ("posonly_params", "params", "kwonly_params"):
+        items = list(getattr(node, field_name))
+        if param in items:
+            items[items.index(param)] = param.with_changes(comma=comma)
+            return node.with_changes(**{field_name: items})
+    return node.with_changes(star_arg=param.with_changes(comma=comma))

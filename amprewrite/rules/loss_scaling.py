@@ -121,7 +121,7 @@ def add_updates_at(ctx: RuleContext, points: list[UpdatePoint]) -> None:
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
-    if ctx.scaler_home is None:
+    if ctx.scaler_expr is None:
         return
     scale_backwards(ctx, analysis.training.backwards)
     route_steps(ctx, analysis.training.steps)

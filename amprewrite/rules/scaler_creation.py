@@ -46,8 +46,11 @@ def create_scaler(
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     if ctx.scaler_home is not None and ctx.style is not None:
-        code = create_scaler(ctx, ctx.scaler_home, ctx.style.scaler,
-                             ctx.facts.header_imports_end)
+        constructor = ctx.style.scaler
+        links = analysis.links
+        if links and links.receives_in_class:  # `__init__` got the scaler as a parameter
+            constructor = f"{links.parameters[0].name} or {constructor}"
+        code = create_scaler(ctx, ctx.scaler_home, constructor, ctx.facts.header_imports_end)
         if code is not None:
             ctx.style.definitions.append(code)
 

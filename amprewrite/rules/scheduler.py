@@ -58,7 +58,7 @@ def guard_schedulers(ctx: RuleContext, schedulers: list[GuardedScheduler]) -> No
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
-    if ctx.scaler_home is not None:
+    if ctx.scaler_expr is not None:
         guard_schedulers(ctx, analysis.schedulers)
 
 

@@ -46,7 +46,7 @@ def unscale_before_use(ctx: RuleContext, points: list[Unscale]) -> None:
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
-    if ctx.scaler_home is not None:
+    if ctx.scaler_expr is not None:
         unscale_before_use(ctx, analysis.training.unscales)
 
 

@@ -1,0 +1,219 @@
+"""How the grad scaler crosses modules: who creates it, who receives it, who passes it.
+
+An expert threads the one scaler from where the optimizer is built to every function that
+steps, saves or restores that optimizer in another module:
+
+- a module-level function that uses an optimizer it receives as a parameter gets a new
+  parameter `scaler=None` (a new scaler when a caller passes none), and every call of it
+  from another module of the group passes `scaler=<the caller's scaler>`;
+- a class whose `__init__` receives the optimizer gets the parameter on `__init__` and keeps
+  the scaler as `self.scaler`; constructing it passes the scaler;
+- a caller that itself received the optimizer as a parameter receives the scaler the same
+  way (a chain of modules), else it creates the scaler, next to the optimizer.
+
+Only what the engine will do is linked: the callee's scaler uses come from its own analysis,
+the same facts the rewrite acts on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from amprewrite.analysis import ModuleAnalysis
+from amprewrite.analysis.facts import CallSite
+from amprewrite.analysis.kinds import Kind, KindTable, kind_from_name
+from amprewrite.analysis.names import FreshNames, receiver_key
+from amprewrite.analysis.scaler_home import SCALER_NAMES
+from amprewrite.project.layout import ModuleFinder
+
+
+@dataclass(frozen=True)
+class ScalerParameter:
+    """A function (or a class's `__init__`) given the scaler as a new parameter."""
+
+    function: cst.FunctionDef
+    name: str
+    owner: str  # `train_one_epoch` or `Trainer`, for messages
+    callers: tuple[str, ...]  # display paths of the modules calling it
+
+
+@dataclass(frozen=True)
+class ScalerPass:
+    """A call into another module that passes the scaler: `f(..., scaler=scaler)`."""
+
+    site: CallSite
+    keyword: str  # the callee's parameter
+    callee: str  # `train_one_epoch`
+    callee_path: str  # its module's display path
+
+
+@dataclass
+class ModuleLinks:
+    """What the project decided for one module."""
+
+    parameters: list[ScalerParameter] = field(default_factory=list)
+    passes: list[ScalerPass] = field(default_factory=list)
+    # The modules this one is linked with (display paths), for findings about the group.
+    partners: set[str] = field(default_factory=set)
+
+    @property
+    def receives_in_class(self) -> bool:
+        return any(p.function.name.value == "__init__" for p in self.parameters)
+
+    def __bool__(self) -> bool:
+        return bool(self.parameters or self.passes)
+
+
+@dataclass
+class LinkedModule:
+    """One module of a group: where it is, its analysis and what links it."""
+
+    path: Path
+    shown: str  # as the user sees it
+    analysis: ModuleAnalysis
+    links: ModuleLinks = field(default_factory=ModuleLinks)
+
+    @property
+    def scaler_name(self) -> str:
+        """The name the module's rewrite gives the scaler (what its recipe will choose)."""
+        return FreshNames(set(self.analysis.facts.names)).fresh(SCALER_NAMES)
+
+
+def link_group(modules: list[LinkedModule], finder: ModuleFinder) -> None:
+    """Fill in each module's links: receivers first, then the calls that reach them, until
+    callers that receive their optimizer themselves are linked in turn."""
+    by_path = {module.path: module for module in modules}
+    calls = {module.path: _project_calls(module, finder, by_path) for module in modules}
+    receivers: dict[tuple[Path, str], ScalerParameter] = {}
+    passes: dict[int, tuple[LinkedModule, ScalerPass]] = {}
+    for _ in range(len(modules) + 1):  # each round may link one more module of a chain
+        changed = False
+        for module in modules:
+            passing = [p.site for m, p in passes.values() if m is module]
+            for owner, function in _receiving(module, passing):
+                key = (module.path, owner)
+                callers = [(m, site) for m in modules if m is not module
+                           for site, target in calls[m.path] if target == key]
+                if key in receivers or not callers:
+                    continue
+                name = module.scaler_name
+                receivers[key] = ScalerParameter(
+                    function, name, owner, tuple(sorted({m.shown for m, _ in callers})))
+                for caller, site in callers:
+                    passes[id(site.call)] = (caller, ScalerPass(site, name, owner, module.shown))
+                    caller.links.partners.add(module.shown)
+                    module.links.partners.add(caller.shown)
+                changed = True
+        if not changed:
+            break
+    for (path, _), parameter in receivers.items():
+        by_path[path].links.parameters.append(parameter)
+    for module, scaler_pass in passes.values():
+        module.links.passes.append(scaler_pass)
+
+
+def scaler_sites(analysis: ModuleAnalysis) -> list[tuple[CallSite, str | None]]:
+    """Where the module's rewrite uses the scaler, with the optimizer each site concerns:
+    optimizer steps, and checkpoint saves and restores of an optimizer's state."""
+    sites: list[tuple[CallSite, str | None]] = []
+    training = analysis.training
+    if training.found and not training.refused:
+        sites += [(s, receiver_key(s.call.func.value)) for s in training.steps]  # type: ignore[attr-defined]
+    for saved in analysis.checkpoints.saved:
+        sites.append((saved.site, _saved_optimizer(saved.entry)))
+    for restored in analysis.checkpoints.restored:
+        sites.append((restored.site, receiver_key(restored.site.call.func.value)))  # type: ignore[attr-defined]
+    return sites
+
+
+def _saved_optimizer(entry: cst.CSTNode) -> str | None:
+    """`optimizer` of a saved `optimizer.state_dict()` entry."""
+    value = getattr(entry, "value", None)
+    if isinstance(entry, cst.SimpleStatementLine):
+        value = getattr(entry.body[0], "value", None)
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return receiver_key(value.func.value)
+    return None
+
+
+def _receiving(module: LinkedModule, passing: list[CallSite]) -> list[tuple[str, cst.FunctionDef]]:
+    """Module-level functions using an optimizer they receive as a parameter, and classes
+    whose `__init__` receives the optimizer their methods use (by the owner's name)."""
+    facts = module.analysis.facts
+    kinds = module.analysis.kinds
+    used: list[tuple[cst.FunctionDef | None, str | None]] = [
+        (site.function, key) for site, key in scaler_sites(module.analysis)]
+    for site in passing:
+        used += [(site.function, key) for key in passed_optimizers(site, kinds)]
+    found: dict[str, cst.FunctionDef] = {}
+    for function, key in used:
+        if function is None or key is None:
+            continue
+        cls = facts.function_class.get(function)
+        if cls is None:
+            positional, keyword_only = facts.parameters(function)
+            if key in positional + keyword_only and _at_module_level(facts, function):
+                found.setdefault(function.name.value, function)
+        else:
+            init = _stored_from_init(facts, cls).get(key)
+            if init is not None and _at_module_level(facts, cls):
+                found.setdefault(cls.name.value, init)
+    return list(found.items())
+
+
+def passed_optimizers(site: CallSite, kinds: KindTable) -> list[str]:
+    """The optimizers a call passes (their keys): `optimizer` in `train(model, optimizer)`."""
+    return [key for arg in site.call.args if _is_optimizer(arg.value, kinds)
+            and (key := receiver_key(arg.value)) is not None]
+
+
+def _is_optimizer(node: cst.BaseExpression, kinds: KindTable) -> bool:
+    kind = kinds.of_expr(node)
+    if kind is not None:
+        return kind is Kind.OPTIMIZER
+    return kind_from_name(receiver_key(node), (Kind.OPTIMIZER,)) is Kind.OPTIMIZER
+
+
+def _at_module_level(facts, node: cst.FunctionDef | cst.ClassDef) -> bool:  # type: ignore[no-untyped-def]
+    return node in facts.module.body
+
+
+def _stored_from_init(facts, cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:  # type: ignore[no-untyped-def]
+    """`self.optimizer` -> `__init__`, for attributes `__init__` sets from its parameters."""
+    init = next((f for f in facts.functions if facts.function_class.get(f) is cls
+                 and f.name.value == "__init__"), None)
+    if init is None:
+        return {}
+    positional, keyword_only = facts.parameters(init)
+    parameters = set(positional + keyword_only)
+    stored: dict[str, cst.FunctionDef] = {}
+    for binding in facts.bindings:
+        if (binding.function is init and isinstance(binding.value, cst.Name)
+                and binding.value.value in parameters):
+            for key in binding.keys:
+                if key.startswith("self."):
+                    stored[key] = init
+    return stored
+
+
+def _project_calls(
+    module: LinkedModule, finder: ModuleFinder, by_path: dict[Path, LinkedModule]
+) -> list[tuple[CallSite, tuple[Path, str]]]:
+    """Calls of functions and classes defined by other modules of the group."""
+    facts = module.analysis.facts
+    found = []
+    for site in facts.calls:
+        qualified = facts.imports.resolve_in_project(site.call.func)
+        if qualified is None:
+            continue
+        level = len(qualified) - len(qualified.lstrip("."))
+        target, _, symbol = qualified[level:].rpartition(".")
+        if not symbol:
+            continue
+        file = finder.find(module.path, target, level) if target or level else None
+        if file is not None and file in by_path and file != module.path:
+            found.append((site, (file, symbol)))
+    return found

@@ -1,0 +1,76 @@
+"""Which named files form one program with which project modules: the import graph over the
+modules that mention torch, and the groups of modules a training step spans."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from amprewrite.fileio import read_source
+from amprewrite.project.layout import ModuleFinder, project_root
+from amprewrite.project.outline import Outline, outline
+
+_MAY_LINK = b"torch"  # a module that never mentions torch neither steps nor saves an optimizer
+
+
+@dataclass
+class Program:
+    """The named files, the project modules they reach, and the candidate groups."""
+
+    root: Path
+    finder: ModuleFinder
+    sources: dict[Path, bytes]  # every module read (resolved path -> bytes)
+    shown: dict[Path, str]  # resolved path -> how the user sees it
+    groups: list[list[Path]]  # modules linked by calls that may pass an optimizer
+
+
+def load_program(named: dict[Path, str]) -> Program:
+    """The program of the named Python files (resolved path -> path as given)."""
+    root = project_root(list(named))
+    finder = ModuleFinder(root)
+    sources: dict[Path, bytes] = {}
+    outlines: dict[Path, Outline] = {}
+    pending = list(named)
+    while pending:
+        path = pending.pop()
+        if path in sources:
+            continue
+        try:
+            sources[path] = source = read_source(path)
+        except OSError:
+            continue  # a named file's own read error is reported by its single-file run
+        found = outline(path, source, finder) if _MAY_LINK in source else None
+        if found is not None:
+            outlines[path] = found
+            pending.extend(p for p in found.imported if p not in sources)
+    shown = {path: named.get(path) or _shown(path) for path in sources}
+    return Program(root, finder, sources, shown, _groups(outlines, set(named)))
+
+
+def _shown(path: Path) -> str:
+    """A module that was not named, as a path relative to the current directory."""
+    relative = os.path.relpath(path)
+    return path.as_posix() if relative.startswith("..") else Path(relative).as_posix()
+
+
+def _groups(outlines: dict[Path, Outline], named: set[Path]) -> list[list[Path]]:
+    """Connected modules (a call of a function or class that may take an optimizer links
+    caller and callee) that hold a named file, each in a stable order."""
+    parent: dict[Path, Path] = {}
+
+    def find(path: Path) -> Path:
+        while parent.get(path, path) != path:
+            path = parent[path]
+        return path
+
+    for caller in outlines.values():
+        for file, symbol in caller.calls:
+            callee = outlines.get(file)
+            if callee is not None and symbol in callee.receivers and file != caller.path:
+                parent[find(caller.path)] = find(file)
+    members: dict[Path, list[Path]] = {}
+    for path in {*parent, *parent.values()}:
+        members.setdefault(find(path), []).append(path)
+    return [sorted(group) for group in members.values()
+            if len(group) > 1 and named.intersection(group)]

@@ -1,0 +1,155 @@
+"""Rewrite a project's linked modules together, all or nothing.
+
+Every module of a group is parsed, analysed and linked (`links`), then rewritten by the
+engine with its links; each result compiles before anything is written. When one module
+cannot be rewritten, or a named file's rewrite needs an edit in a module that was not named
+(pre-commit names only the staged files), no file of the group changes, and a finding says
+which other file is in the way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from amprewrite import engine
+from amprewrite.analysis import ModuleAnalysis
+from amprewrite.catalog import ERROR, SKIP, declare
+from amprewrite.fileio import write_atomically
+from amprewrite.findings import Finding
+from amprewrite.options import Options
+from amprewrite.project.links import LinkedModule, link_group
+from amprewrite.project.program import Program, load_program
+from amprewrite.recipes import choose
+from amprewrite.runner import FileOutcome, Status, process_source, rewrite_failure, write_failure
+
+NEEDS_UNNAMED_FILE = declare(
+    "AMP450", SKIP, "the training step continues in a file that was not named",
+    "The rewrite would thread the grad scaler into (or out of) a project module that is not "
+    "among the files given, so nothing was changed: run amprewrite on both files, or on the "
+    "directory (pre-commit passes only the staged files).",
+)
+
+LINKED_FILE_FAILED = declare(
+    "AMP451", ERROR, "not rewritten: a linked file cannot be rewritten",
+    "The files one training step spans are rewritten together or not at all: fix the file "
+    "named in the message (its own finding says why) and run again.",
+)
+
+# Recipes that leave room for a project's links; any other (a migration, existing AMP, a
+# framework) rewrites its module alone.
+_LINKABLE = frozenset({"mixed-precision", "nothing-to-rewrite"})
+
+
+def links_projects(options: Options) -> bool:
+    """Whether the options need a scaler at all (O0 reverts, bfloat16 with --plain has none)."""
+    return options.opt_level != "O0" and not (options.plain and options.dtype == "bfloat16")
+
+
+def rewrite_project(named: dict[Path, str], options: Options, write: bool) -> tuple[
+        list[FileOutcome], set[Path]]:
+    """Outcomes of the named files that belong to a group of linked modules, and those
+    files; the others are left to the single-file path."""
+    program = load_program(named)
+    outcomes: list[FileOutcome] = []
+    handled: set[Path] = set()
+    for group in program.groups:
+        group_outcomes = _rewrite_group(program, group, set(named), options, write)
+        if group_outcomes is not None:
+            outcomes.extend(group_outcomes)
+            handled.update(p for p in group if p in named)
+    return outcomes, handled
+
+
+def _rewrite_group(
+    program: Program, group: list[Path], named: set[Path], options: Options, write: bool
+) -> list[FileOutcome] | None:
+    """The named files' outcomes, or None when the group turns out not to be linked (the
+    single-file path then takes them)."""
+    modules: list[LinkedModule] = []
+    for path in group:
+        source = program.sources[path]
+        try:
+            analysis = ModuleAnalysis(engine.parse(source))
+        except Exception as exc:
+            return _blocked_by(program, group, named, path, options, rewrite_failure(exc))
+        if choose(analysis, options).name not in _LINKABLE:
+            return None
+        modules.append(LinkedModule(path, program.shown[path], analysis))
+    link_group(modules, program.finder)
+    linked = [m for m in modules if m.links]
+    if not linked:
+        return None
+    unnamed = [m.shown for m in linked if m.path not in named]
+    if unnamed:
+        return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
+    results: dict[Path, FileOutcome] = {}
+    for module in modules:
+        if module.path not in named:
+            continue
+        module.analysis.links = module.links if module.links else None
+        source = program.sources[module.path]
+        try:
+            result = engine.rewrite_analysed(module.analysis, source, options)
+        except Exception as exc:
+            return _blocked_by(program, group, named, module.path, options, rewrite_failure(exc))
+        changed = result.changed and result.source != source
+        results[module.path] = FileOutcome(
+            module.shown, Status.CHANGED if changed else Status.UNCHANGED,
+            list(result.findings), source, result.source if changed else source)
+    outcomes = list(results.values())
+    if write:
+        _write_all(outcomes, [p for p in results])
+    return outcomes
+
+
+def _needs_unnamed(program: Program, module: LinkedModule, unnamed: list[str]) -> FileOutcome:
+    source = program.sources[module.path]
+    others = ", ".join(unnamed)
+    finding = Finding(NEEDS_UNNAMED_FILE, 1, 1, f"the training step continues in {others}, "
+                      f"which was not named: nothing changed; run amprewrite on "
+                      f"{module.shown} and {others} together (or on the directory)")
+    return FileOutcome(module.shown, Status.UNCHANGED, [finding], source, source)
+
+
+def _blocked_by(
+    program: Program, group: list[Path], named: set[Path], failed: Path, options: Options,
+    finding: Finding,
+) -> list[FileOutcome]:
+    """The failing file's own outcome (when named) and every other named file left as it
+    is, with a finding naming the failing one."""
+    outcomes = []
+    for path in group:
+        if path not in named:
+            continue
+        source = program.sources[path]
+        if path == failed:
+            outcomes.append(process_source(program.shown[path], source, options, True))
+            continue
+        outcomes.append(FileOutcome(program.shown[path], Status.UNCHANGED, [Finding(
+            LINKED_FILE_FAILED, 1, 1, f"not rewritten: {program.shown[failed]}, which shares "
+            f"this file's training step, cannot be rewritten ({finding.code})")], source, source))
+    return outcomes
+
+
+def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
+    """Write every changed file, or, when one write fails, put back those already written
+    and mark them all failed."""
+    written: list[tuple[Path, FileOutcome]] = []
+    for path, outcome in zip(paths, outcomes, strict=True):
+        if outcome.status is not Status.CHANGED:
+            continue
+        try:
+            write_atomically(path, outcome.after, expected=outcome.before)
+        except Exception as exc:
+            for done_path, done in written:
+                write_atomically(done_path, done.before, expected=done.after)
+            failure = write_failure(exc)
+            for other in outcomes:
+                if other.status is Status.CHANGED:
+                    other.status = Status.FAILED
+                    other.after = other.before
+                    other.findings.append(failure if other is outcome else Finding(
+                        LINKED_FILE_FAILED, 1, 1, f"not written: {outcome.path}, which shares "
+                        "this file's training step, could not be written"))
+            return
+        written.append((path, outcome))

@@ -1,0 +1,120 @@
+"""Thread the grad scaler across modules: a new parameter where it is received, a keyword
+argument where it is passed (decided by `amprewrite.project.links`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import CHANGE, declare
+from amprewrite.rules.checkpoint import SHORTEST_LIMIT
+from amprewrite.rules.context import RuleContext
+from amprewrite.rules.edits import append_arguments, append_parameter, keyword
+from amprewrite.rules.registry import Example, rule
+from amprewrite.transform import Insert, Replace
+
+if TYPE_CHECKING:
+    from amprewrite.analysis import ModuleAnalysis
+    from amprewrite.project.links import ScalerParameter
+
+
+SCALER_PARAMETER = declare(
+    "AMP123", CHANGE, "grad scaler received as a new parameter",
+    "A function (or class) using an optimizer it is given by another module also receives "
+    "the scaler: `scaler=None`, a new one when a caller passes none. Its callers in the "
+    "project pass theirs.",
+)
+
+SCALER_PASSED = declare(
+    "AMP124", CHANGE, "grad scaler passed to another module",
+    "A call handing an optimizer to a function or class of another module that steps, saves "
+    "or restores it passes the scaler too.",
+)
+
+
+def receive_scaler(ctx: RuleContext, parameter: ScalerParameter, in_class: bool) -> None:
+    """`def f(..., scaler=None):` and, for a function, `scaler = scaler or GradScaler()`
+    first in its body (a class's `__init__` creates `self.scaler` that way instead)."""
+    function, name = parameter.function, parameter.name
+    module = ctx.facts.module
+    depth = len(ctx.facts.enclosing_statements(function)) - 1
+    indent = depth * len(module.default_indent.expandtabs())
+    opening = indent + len(f"def {function.name.value}(")
+    params = module.code_for_node(function.params)
+    added = f", {name}=None"
+    wrap = "\n" not in params and opening + len(params + added) + 2 > _line_limit(ctx)
+    ctx.plan.replaces.append(Replace(function.params, append_parameter(
+        name, cst.Name("None"), _aligned_break(opening - indent) if wrap else None)))
+    if not in_class and ctx.style is not None and isinstance(function.body, cst.IndentedBlock):
+        body = function.body.body
+        index = 1 if body and _is_docstring(body[0]) else 0
+        line = ctx.parse_statement(f"{name} = {name} or {ctx.style.scaler}")
+        ctx.plan.inserts.append(Insert(function.body, index, [line]))
+    callers = ", ".join(parameter.callers)
+    ctx.notes.append(Note(SCALER_PARAMETER, function.name,
+                          f"`{parameter.owner}` receives the grad scaler as a new parameter "
+                          f"`{name}`, passed by its callers in {callers} (a new scaler when "
+                          "none is passed)"))
+
+
+def _line_limit(ctx: RuleContext) -> int:
+    """The file's line-length convention: its longest line, at least PEP 8's 79."""
+    return max(SHORTEST_LIMIT, *(len(line.expandtabs())
+                                 for line in ctx.facts.module.code.splitlines()))
+
+
+def _aligned_break(column: int) -> cst.Comma:
+    """`,` then a new line indented to `column` past the statement's own indentation."""
+    return cst.Comma(whitespace_after=cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(), indent=True,
+        last_line=cst.SimpleWhitespace(" " * column)))
+
+
+def _pass_scaler(ctx: RuleContext, call: cst.Call, name: str) -> None:
+    """`f(a, b)` -> `f(a, b, scaler=scaler)`; arguments laid out on their own lines get the
+    new one on the next line when it would not fit on theirs."""
+    value = ctx.parse_expression(ctx.scaler_expr or "")
+    argument = keyword(name, value)
+    module = ctx.facts.module
+    statement = ctx.facts.owner.get(id(call))
+    depth = len(ctx.facts.enclosing_statements(statement)) - 1 if statement is not None else 0
+    longest = max(len(line) for line in module.code_for_node(call).splitlines())
+    indent = depth * len(module.default_indent.expandtabs())
+    layout = call.whitespace_before_args
+    if (isinstance(layout, cst.ParenthesizedWhitespace) and call.args
+            and indent + longest + len(f", {name}={ctx.scaler_expr}") > _line_limit(ctx)
+            and isinstance(call.args[-1].comma, cst.MaybeSentinel)):
+        last = call.args[-1]
+        ctx.plan.replaces.append(Replace(call, lambda node: node.with_changes(args=[
+            *node.args[:-1],
+            node.args[-1].with_changes(comma=cst.Comma(whitespace_after=layout),
+                                       whitespace_after_arg=cst.SimpleWhitespace("")),
+            argument.with_changes(whitespace_after_arg=last.whitespace_after_arg)])))
+        return
+    ctx.plan.replaces.append(Replace(call, append_arguments([argument])))
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine)
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString))
+
+
+def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    links = analysis.links
+    if not links or ctx.scaler_expr is None:
+        return
+    for parameter in links.parameters:
+        receive_scaler(ctx, parameter, links.receives_in_class)
+    for scaler_pass in links.passes:
+        call = scaler_pass.site.call
+        _pass_scaler(ctx, call, scaler_pass.keyword)
+        ctx.notes.append(Note(SCALER_PASSED, call, f"grad scaler passed to "
+                              f"`{scaler_pass.callee}` ({scaler_pass.callee_path}), which uses "
+                              "the optimizer it is given"))
+
+
+RULE = rule("scaler-threading", (SCALER_PARAMETER, SCALER_PASSED), _plan,
+            examples=(Example(before="", after=None, codes=()),))

@@ -1,0 +1,160 @@
+"""Whole projects: a training step spread over modules is rewritten as one program.
+
+Each `fixtures/projects/<case>/` holds an `input/` tree, the `expected_O1/` tree the rewrite
+of the whole directory must produce (every file, byte for byte) and `findings_O1.txt`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from amprewrite.cli import main
+from amprewrite.project.layout import ModuleFinder, project_root
+from amprewrite.project.program import load_program
+
+PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "projects"
+CASES = sorted(p.name for p in PROJECTS.iterdir() if (p / "input").is_dir())
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _copy(case: str, tmp_path: Path) -> Path:
+    work = tmp_path / case
+    shutil.copytree(PROJECTS / case / "input", work)
+    (work / "pyproject.toml").write_text("[project]\nname = 'example'\n")  # the root marker
+    return work
+
+
+def _run(work: Path, *args: str) -> tuple[int, str]:
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        result = CliRunner().invoke(main, list(args))
+    finally:
+        os.chdir(cwd)
+    return result.exit_code, result.output
+
+
+def _findings(output: str) -> list[str]:
+    return [line for line in output.splitlines() if ": AMP" in line]
+
+
+def test_there_are_project_fixtures() -> None:
+    assert len(CASES) >= 4
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_project_rewrite_matches_expected_tree(case: str, tmp_path: Path) -> None:
+    work = _copy(case, tmp_path)
+    code, output = _run(work, ".")
+    expected = _tree(PROJECTS / case / "expected_O1")
+    assert {k: v for k, v in _tree(work).items() if k != "pyproject.toml"} == expected
+    assert code == (1 if expected != _tree(PROJECTS / case / "input") else 0), output
+    wanted = (PROJECTS / case / "findings_O1.txt").read_text().splitlines()
+    assert _findings(output) == wanted
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_project_rewrite_is_idempotent(case: str, tmp_path: Path) -> None:
+    work = tmp_path / case
+    shutil.copytree(PROJECTS / case / "expected_O1", work)
+    before = _tree(work)
+    code, output = _run(work, ".")
+    assert code == 0, output
+    assert _tree(work) == before
+
+
+def test_check_and_diff_show_every_file_the_project_rewrite_touches(tmp_path: Path) -> None:
+    work = _copy("engine_function", tmp_path)
+    before = _tree(work)
+    code, output = _run(work, "--check", ".")
+    assert code == 1
+    assert "engine.py" in output and "main.py" in output
+    assert "2 files would be rewritten" in output
+    code, output = _run(work, "--diff", "engine.py", "main.py")
+    assert code == 1
+    assert "+++ engine.py" in output and "+++ main.py" in output
+    assert "scaler=scaler" in output and "scaler=None" in output
+    assert _tree(work) == before
+
+
+def test_named_files_are_enough_when_they_hold_the_whole_step(tmp_path: Path) -> None:
+    work = _copy("engine_function", tmp_path)
+    code, _ = _run(work, "main.py", "engine.py")
+    assert code == 1
+    expected = _tree(PROJECTS / "engine_function" / "expected_O1")
+    assert (work / "main.py").read_bytes() == expected["main.py"]
+    assert (work / "engine.py").read_bytes() == expected["engine.py"]
+
+
+def test_an_edit_needed_in_an_unnamed_file_changes_nothing(tmp_path: Path) -> None:
+    """pre-commit names only the staged files: main.py alone must not be half rewritten."""
+    work = _copy("engine_function", tmp_path)
+    before = _tree(work)
+    code, output = _run(work, "main.py")
+    assert code == 0, output
+    assert _tree(work) == before
+    [finding] = [line for line in _findings(output) if "AMP450" in line]
+    assert finding.startswith("main.py:1:1: AMP450")
+    assert "engine.py" in finding and "run amprewrite on main.py and engine.py" in finding
+
+
+def test_one_file_that_cannot_be_written_leaves_every_file_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amprewrite.project import rewrite
+
+    work = _copy("trainer_receives_optimizer", tmp_path)
+    before = _tree(work)
+    real_write = rewrite.write_atomically
+
+    def write(path: Path, data: bytes, expected: bytes | None = None) -> None:
+        if path.name == "trainer.py":  # written after train.py, which must be put back
+            raise PermissionError(13, "permission denied (read-only file)", str(path))
+        real_write(path, data, expected=expected)
+
+    monkeypatch.setattr(rewrite, "write_atomically", write)
+    code, output = _run(work, ".")
+    assert code == 123, output
+    assert _tree(work) == before
+    assert "trainer.py:1:1: AMP004" in output
+    assert "train.py:1:1: AMP451" in output
+
+
+def test_imports_resolve_relative_absolute_and_from_the_script_directory(tmp_path: Path) -> None:
+    (tmp_path / "setup.py").write_text("")
+    package = tmp_path / "src" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "engine.py").write_text("import torch\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "helpers.py").write_text("")
+    finder = ModuleFinder(project_root([tmp_path / "tools" / "helpers.py"]))
+    assert finder.root == tmp_path
+    engine = (package / "engine.py").resolve()
+    assert finder.find(package / "__init__.py", "engine", level=1) == engine
+    assert finder.find(package / "engine.py", "", level=1) == (package / "__init__.py").resolve()
+    assert finder.find(tmp_path / "tools" / "x.py", "pkg.engine") == engine  # under src/
+    assert finder.find(tmp_path / "tools" / "x.py", "helpers") == (
+        tmp_path / "tools" / "helpers.py").resolve()
+    assert finder.find(tmp_path / "tools" / "x.py", "torch") is None  # not in the project
+
+
+def test_only_reachable_modules_that_mention_torch_are_read(tmp_path: Path) -> None:
+    work = _copy("engine_function", tmp_path)
+    (work / "unrelated.py").write_text("import torch\n")
+    (work / "notes.py").write_text("VALUE = 1\n")
+    with (work / "main.py").open("a") as main_py:
+        main_py.write("import notes\n")
+    program = load_program({(work / "main.py").resolve(): "main.py"})
+    read = {p.relative_to(work.resolve()).as_posix() for p in program.sources}
+    assert read == {"main.py", "engine.py", "models.py", "util/misc.py", "notes.py"}
+    assert program.groups == [[(work / "engine.py").resolve(), (work / "main.py").resolve()]]
