@@ -129,6 +129,10 @@ def rules_page() -> str:
             lines += [f"### `{rule.name}` ({module.replace('.', '/')}.py)", ""]
             lines += [f"- {code.id} ({code.severity.value}): {code.title}" for code in rule.codes]
             lines.append("")
+            if rule.projects:
+                shown = ", ".join(f"`fixtures/projects/{name}/`" for name in rule.projects)
+                lines += [f"It acts across the modules of a project; see {shown} (each an "
+                          "`input/` tree and its `expected_O1/` rewrite).", ""]
             for example in rule.examples:
                 shown = ", ".join(code.id for code in example.codes)
                 flags = " ".join(f"{key}={value}" for key, value in vars(example.options).items()

@@ -46,7 +46,9 @@ def test_every_code_is_produced_by_a_fixture_or_a_test() -> None:
     """A documented code that nothing produces is dead: each appears in a fixture's expected
     findings, a rule's examples or a test that asserts it."""
     produced: set[str] = set()
-    for path in [*ROOT.glob("fixtures/*/findings_*.txt"), *ROOT.glob("tests/**/test_*.py")]:
+    for path in [*ROOT.glob("fixtures/*/findings_*.txt"),
+                 *ROOT.glob("fixtures/projects/*/findings_*.txt"),
+                 *ROOT.glob("tests/**/test_*.py")]:
         if path.name != Path(__file__).name:
             produced |= set(re.findall(r"AMP\d{3}", path.read_text(encoding="utf-8")))
     assert set(codes()) - produced == set()

@@ -158,3 +158,16 @@ def test_only_reachable_modules_that_mention_torch_are_read(tmp_path: Path) -> N
     read = {p.relative_to(work.resolve()).as_posix() for p in program.sources}
     assert read == {"main.py", "engine.py", "models.py", "util/misc.py", "notes.py"}
     assert program.groups == [[(work / "engine.py").resolve(), (work / "main.py").resolve()]]
+
+
+def test_rules_acting_across_modules_are_shown_by_project_fixtures() -> None:
+    from amprewrite.rules.registry import all_rules
+
+    shown = [rule for rule in all_rules().values() if rule.projects]
+    assert shown
+    for rule in shown:
+        for case in rule.projects:
+            reported = (PROJECTS / case / "findings_O1.txt").read_text()
+            assert any(code in reported for code in rule.codes), (rule.name, case)
+        every = "".join((PROJECTS / c / "findings_O1.txt").read_text() for c in rule.projects)
+        assert all(code in every for code in rule.codes), rule.name

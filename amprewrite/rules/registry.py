@@ -34,6 +34,9 @@ class Rule:
     codes: tuple[Code, ...]
     plan: Callable[[RuleContext, ModuleAnalysis], None]
     examples: tuple[Example, ...] = ()
+    # Cases of fixtures/projects/ showing a rule that only acts across modules (its examples
+    # are whole trees; tests/test_projects.py checks they report the rule's codes).
+    projects: tuple[str, ...] = ()
 
 
 RULES: dict[str, Rule] = {}
@@ -44,11 +47,12 @@ def rule(
     codes: tuple[Code, ...],
     plan: Callable[[RuleContext, ModuleAnalysis], None],
     examples: tuple[Example, ...] = (),
+    projects: tuple[str, ...] = (),
 ) -> Rule:
     """Declare and register a rule; a name registered twice is a programming error."""
     if name in RULES:
         raise ValueError(f"rule {name!r} registered twice")
-    declared = Rule(name, codes, plan, examples)
+    declared = Rule(name, codes, plan, examples, projects)
     RULES[name] = declared
     return declared
 

@@ -12,7 +12,7 @@ from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.checkpoint import SHORTEST_LIMIT
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import append_arguments, append_parameter, keyword
-from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.registry import rule
 from amprewrite.transform import Insert, Replace
 
 if TYPE_CHECKING:
@@ -117,4 +117,5 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
 
 
 RULE = rule("scaler-threading", (SCALER_PARAMETER, SCALER_PASSED), _plan,
-            examples=(Example(before="", after=None, codes=()),))
+            projects=("engine_function", "helper_module_checkpoints",
+                      "trainer_receives_optimizer"))
