@@ -66,6 +66,7 @@ def test_project_rewrite_matches_expected_tree(case: str, tmp_path: Path) -> Non
 def test_project_rewrite_is_idempotent(case: str, tmp_path: Path) -> None:
     work = tmp_path / case
     shutil.copytree(PROJECTS / case / "expected_O1", work)
+    (work / "setup.py").write_text("")  # the root marker
     before = _tree(work)
     code, output = _run(work, ".")
     assert code == 0, output
@@ -105,6 +106,20 @@ def test_an_edit_needed_in_an_unnamed_file_changes_nothing(tmp_path: Path) -> No
     [finding] = [line for line in _findings(output) if "AMP450" in line]
     assert finding.startswith("main.py:1:1: AMP450")
     assert "engine.py" in finding and "run amprewrite on main.py and engine.py" in finding
+
+
+def test_a_named_callee_whose_caller_was_not_named_changes_nothing(tmp_path: Path) -> None:
+    """engine.py staged alone: rewriting it as a file of its own would leave main.py's
+    checkpoints without the scaler's state for good; its importer is found and named."""
+    work = _copy("engine_function", tmp_path)
+    before = _tree(work)
+    code, output = _run(work, "engine.py", "util/misc.py")
+    assert code == 0, output
+    assert _tree(work) == before
+    assert _findings(output) == [
+        "engine.py:1:1: AMP450 the training step continues in main.py, which was not named: "
+        "nothing changed; run amprewrite on engine.py and main.py together (or on the "
+        "directory)"]
 
 
 def test_one_file_that_cannot_be_written_leaves_every_file_as_it_was(

@@ -201,8 +201,10 @@ class ModuleAnalysis:
 
     @cached_property
     def optimizer_builds(self) -> list[OptimizerBuild]:
-        """Where the stepped optimizers are built."""
-        return optimizer_builds(self.facts, self.training.steps)
+        """Where the stepped optimizers are built (here, or passed on to be stepped)."""
+        passed = frozenset(key for p in self.links.passes for key in p.optimizers) if (
+            self.links) else frozenset()
+        return optimizer_builds(self.facts, self.training.steps, passed)
 
     @cached_property
     def float16_constants(self) -> Float16Constants:

@@ -20,8 +20,12 @@ class OptimizerBuild:
     models: tuple[str, ...]  # keys whose `.parameters()` reach it; empty: unknown
 
 
-def optimizer_builds(facts: ModuleFacts, steps: list[CallSite]) -> list[OptimizerBuild]:
-    stepped = {receiver_key(s.call.func.value) for s in steps}  # type: ignore[attr-defined]
+def optimizer_builds(
+    facts: ModuleFacts, steps: list[CallSite], passed: frozenset[str] = frozenset()
+) -> list[OptimizerBuild]:
+    """Builds of the optimizers `steps` step, and of those `passed` to another module that
+    steps them (a project's links)."""
+    stepped = {receiver_key(s.call.func.value) for s in steps} | passed  # type: ignore[attr-defined]
     builds = []
     for binding in facts.bindings:
         if len(binding.keys) != 1 or binding.keys[0] not in stepped:

@@ -45,6 +45,7 @@ class ScalerPass:
     """A call into another module that passes the scaler: `f(..., scaler=scaler)`."""
 
     site: CallSite
+    optimizers: tuple[str, ...]  # the optimizers the call passes (their keys)
     keyword: str  # the callee's parameter
     callee: str  # `train_one_epoch`
     callee_path: str  # its module's display path
@@ -103,7 +104,9 @@ def link_group(modules: list[LinkedModule], finder: ModuleFinder) -> None:
                 receivers[key] = ScalerParameter(
                     function, name, owner, tuple(sorted({m.shown for m, _ in callers})))
                 for caller, site in callers:
-                    passes[id(site.call)] = (caller, ScalerPass(site, name, owner, module.shown))
+                    optimizers = tuple(passed_optimizers(site, caller.analysis.kinds))
+                    passes[id(site.call)] = (caller, ScalerPass(site, optimizers, name, owner,
+                                                                module.shown))
                     caller.links.partners.add(module.shown)
                     module.links.partners.add(caller.shown)
                 changed = True

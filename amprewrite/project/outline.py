@@ -6,6 +6,7 @@ optimizer from a caller. It only finds the candidates: `links` decides on libcst
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,9 @@ class Outline:
 def outline(path: Path, source: bytes, finder: ModuleFinder) -> Outline | None:
     """The outline of the module at `path`, or None when it does not parse."""
     try:
-        tree = ast.parse(source, str(path))
+        with warnings.catch_warnings():  # e.g. an invalid escape: the engine's business
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source, str(path))
     except (SyntaxError, ValueError):
         return None
     result = Outline(path)

@@ -1,17 +1,27 @@
 """Which named files form one program with which project modules: the import graph over the
-modules that mention torch, and the groups of modules a training step spans."""
+modules that mention torch, and the groups of modules a training step spans.
+
+Besides the modules the named files import, the project's other files that may import a
+named one are looked at (a text search, then an outline of those that match), so that a
+named `engine.py` whose caller `main.py` was not named (pre-commit names only the staged
+files) is not rewritten as if it stood alone.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from amprewrite.discovery import skipped
 from amprewrite.fileio import read_source
 from amprewrite.project.layout import ModuleFinder, project_root
 from amprewrite.project.outline import Outline, outline
 
 _MAY_LINK = b"torch"  # a module that never mentions torch neither steps nor saves an optimizer
+_IMPORTERS_SEARCHED = 2000  # files at most walked past looking for importers of named ones
 
 
 @dataclass
@@ -44,8 +54,45 @@ def load_program(named: dict[Path, str]) -> Program:
         if found is not None:
             outlines[path] = found
             pending.extend(p for p in found.imported if p not in sources)
+    for path, source in _possible_importers(root, named, sources):
+        found = outline(path, source, finder)
+        if found is not None and found.imported & set(named):
+            sources[path] = source
+            outlines[path] = found
     shown = {path: named.get(path) or _shown(path) for path in sources}
     return Program(root, finder, sources, shown, _groups(outlines, set(named)))
+
+
+def _possible_importers(
+    root: Path, named: dict[Path, str], read: dict[Path, bytes]
+) -> Iterator[tuple[Path, bytes]]:
+    """Project files not read yet that mention torch and a named module's name."""
+    names = {p.parent.name if p.name == "__init__.py" else p.stem for p in named}
+    mentions = re.compile(rb"\b(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
+    for path in _python_files(root):
+        if path in read or path in named:
+            continue
+        try:
+            source = read_source(path)
+        except OSError:
+            continue
+        if _MAY_LINK in source and mentions.search(source):
+            yield path, source
+
+
+def _python_files(root: Path) -> Iterator[Path]:
+    """The project's Python files, as a directory walk finds them (at most a few thousand:
+    beyond that, importers are not searched)."""
+    count = 0
+    for directory, dirnames, filenames in os.walk(root):
+        here = Path(directory)
+        dirnames[:] = sorted(d for d in dirnames if not skipped(here / d))
+        count += len(filenames) + len(dirnames)
+        if count > _IMPORTERS_SEARCHED:
+            return
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                yield (here / name).resolve()
 
 
 def _shown(path: Path) -> str:

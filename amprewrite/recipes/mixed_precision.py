@@ -20,7 +20,6 @@ from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.names import FreshNames, receiver_key
 from amprewrite.analysis.scaler_home import SCALER_NAMES, find_scaler_home
 from amprewrite.options import Options
-from amprewrite.project.links import passed_optimizers
 from amprewrite.recipes import Recipe
 from amprewrite.rules import (
     autocast,
@@ -81,8 +80,7 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     links = analysis.links
     if links:  # part of a project: the scaler may arrive as a parameter, or be passed on
         uses += [p.site for p in links.passes]
-        optimizers |= {key for p in links.passes
-                       for key in passed_optimizers(p.site, analysis.kinds)}
+        optimizers |= {key for p in links.passes for key in p.optimizers}
         if not links.receives_in_class:
             received = {p.function for p in links.parameters}
             uses = [use for use in uses if use.function not in received]
