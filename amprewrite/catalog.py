@@ -57,7 +57,7 @@ def declare(id: str, severity: Severity, title: str, advice: str) -> Code:
     return code
 
 
-_PACKAGES = ("amprewrite.analysis", "amprewrite.rules", "amprewrite.recipes")
+_PACKAGES = ("amprewrite.analysis", "amprewrite.rules", "amprewrite.recipes", "amprewrite.project")
 
 
 _loaded = False

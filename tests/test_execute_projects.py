@@ -57,6 +57,8 @@ PROJECT_RUNS = [
             ("--resume", "{file}", "--epochs", "4"), "last.pth"),
     Project("trainer_receives_optimizer", "train.py", ("--checkpoint", "{file}"),
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
+    Project("package_chain", "train.py", ("--checkpoint", "{file}"),
+            ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
 ]
 LOW_PRECISION = [BFLOAT16, FLOAT16]
 

@@ -20,7 +20,8 @@ from amprewrite.fileio import read_source
 from amprewrite.project.layout import ModuleFinder, project_root
 from amprewrite.project.outline import Outline, outline
 
-_MAY_LINK = b"torch"  # a module that never mentions torch neither steps nor saves an optimizer
+# A module mentioning neither torch nor an optimizer cannot step, save or pass one on.
+_MAY_LINK = re.compile(rb"torch|optim")
 _IMPORTERS_SEARCHED = 2000  # files at most walked past looking for importers of named ones
 
 
@@ -50,7 +51,7 @@ def load_program(named: dict[Path, str]) -> Program:
             sources[path] = source = read_source(path)
         except OSError:
             continue  # a named file's own read error is reported by its single-file run
-        found = outline(path, source, finder) if _MAY_LINK in source else None
+        found = outline(path, source, finder) if _MAY_LINK.search(source) else None
         if found is not None:
             outlines[path] = found
             pending.extend(p for p in found.imported if p not in sources)
@@ -66,7 +67,8 @@ def load_program(named: dict[Path, str]) -> Program:
 def _possible_importers(
     root: Path, named: dict[Path, str], read: dict[Path, bytes]
 ) -> Iterator[tuple[Path, bytes]]:
-    """Project files not read yet that mention torch and a named module's name."""
+    """Project files not read yet that mention torch (or an optimizer) and a named
+    module's name."""
     names = {p.parent.name if p.name == "__init__.py" else p.stem for p in named}
     mentions = re.compile(rb"\b(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
     for path in _python_files(root):
@@ -76,7 +78,7 @@ def _possible_importers(
             source = read_source(path)
         except OSError:
             continue
-        if _MAY_LINK in source and mentions.search(source):
+        if _MAY_LINK.search(source) and mentions.search(source):
             yield path, source
 
 

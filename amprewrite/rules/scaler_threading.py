@@ -73,27 +73,42 @@ def _aligned_break(column: int) -> cst.Comma:
 
 
 def _pass_scaler(ctx: RuleContext, call: cst.Call, name: str) -> None:
-    """`f(a, b)` -> `f(a, b, scaler=scaler)`; arguments laid out on their own lines get the
-    new one on the next line when it would not fit on theirs."""
-    value = ctx.parse_expression(ctx.scaler_expr or "")
-    argument = keyword(name, value)
+    """`f(a, b)` -> `f(a, b, scaler=scaler)`. When that would not fit the file's line length,
+    the new argument goes on the next line: under the other arguments when they sit on lines
+    of their own, else aligned with the opening parenthesis."""
+    argument = keyword(name, ctx.parse_expression(ctx.scaler_expr or ""))
+    comma = _wrapping_comma(ctx, call, len(f", {name}={ctx.scaler_expr}"))
+    if comma is None or not call.args or not isinstance(call.args[-1].comma, cst.MaybeSentinel):
+        ctx.plan.replaces.append(Replace(call, append_arguments([argument])))
+        return
+    last = call.args[-1]
+    ctx.plan.replaces.append(Replace(call, lambda node: node.with_changes(args=[
+        *node.args[:-1],
+        node.args[-1].with_changes(comma=comma, whitespace_after_arg=cst.SimpleWhitespace("")),
+        argument.with_changes(whitespace_after_arg=last.whitespace_after_arg)])))
+
+
+def _wrapping_comma(ctx: RuleContext, call: cst.Call, added: int) -> cst.Comma | None:
+    """The comma that puts an argument `added` characters long on a line of its own, or
+    None when it fits where it goes."""
     module = ctx.facts.module
     statement = ctx.facts.owner.get(id(call))
-    depth = len(ctx.facts.enclosing_statements(statement)) - 1 if statement is not None else 0
-    longest = max(len(line) for line in module.code_for_node(call).splitlines())
+    if statement is None:
+        return None
+    depth = len(ctx.facts.enclosing_statements(statement)) - 1
     indent = depth * len(module.default_indent.expandtabs())
+    text = module.code_for_node(call)
     layout = call.whitespace_before_args
-    if (isinstance(layout, cst.ParenthesizedWhitespace) and call.args
-            and indent + longest + len(f", {name}={ctx.scaler_expr}") > _line_limit(ctx)
-            and isinstance(call.args[-1].comma, cst.MaybeSentinel)):
-        last = call.args[-1]
-        ctx.plan.replaces.append(Replace(call, lambda node: node.with_changes(args=[
-            *node.args[:-1],
-            node.args[-1].with_changes(comma=cst.Comma(whitespace_after=layout),
-                                       whitespace_after_arg=cst.SimpleWhitespace("")),
-            argument.with_changes(whitespace_after_arg=last.whitespace_after_arg)])))
-        return
-    ctx.plan.replaces.append(Replace(call, append_arguments([argument])))
+    if isinstance(layout, cst.ParenthesizedWhitespace):  # `f(\n    a, b\n)`
+        lines = text.splitlines()
+        last_line = lines[-2] if len(lines) > 1 and lines[-1].strip() == ")" else lines[-1]
+        fits = indent + len(last_line.rstrip(")")) + added <= _line_limit(ctx)
+        return None if fits else cst.Comma(whitespace_after=layout)
+    line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
+    start = line.find(text)
+    if "\n" in line or start < 0 or indent + len(line) + added <= _line_limit(ctx):
+        return None
+    return _aligned_break(start + len(module.code_for_node(call.func)) + 1)
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:
@@ -118,4 +133,4 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
 
 RULE = rule("scaler-threading", (SCALER_PARAMETER, SCALER_PASSED), _plan,
             projects=("engine_function", "helper_module_checkpoints",
-                      "trainer_receives_optimizer"))
+                      "trainer_receives_optimizer", "package_chain"))
