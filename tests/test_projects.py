@@ -186,3 +186,42 @@ def test_rules_acting_across_modules_are_shown_by_project_fixtures() -> None:
             assert any(code in reported for code in rule.codes), (rule.name, case)
         every = "".join((PROJECTS / c / "findings_O1.txt").read_text() for c in rule.projects)
         assert all(code in every for code in rule.codes), rule.name
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("def f(a, b=1):\n    pass\n", "def f(a, b=1, scaler=None):\n    pass\n"),
+    ("def f():\n    pass\n", "def f(scaler=None):\n    pass\n"),
+    ("def f(*args, **kwargs):\n    pass\n", "def f(*args, scaler=None, **kwargs):\n    pass\n"),
+    ("def f(a, **kwargs):\n    pass\n", "def f(a, scaler=None, **kwargs):\n    pass\n"),
+    ("def f(a, *, b):\n    pass\n", "def f(a, *, b, scaler=None):\n    pass\n"),
+    ("def f(\n    a,\n    b,\n):\n    pass\n", "def f(\n    a,\n    b,\n    scaler=None,\n):\n    pass\n"),
+    ("def f(self, a: int = 0):\n    pass\n", "def f(self, a: int = 0, scaler=None):\n    pass\n"),
+])
+def test_a_new_parameter_goes_where_python_allows_it(before: str, after: str) -> None:
+    import libcst as cst
+
+    from amprewrite.rules.edits import append_parameter
+
+    module = cst.parse_module(before)
+    function = module.body[0]
+    assert isinstance(function, cst.FunctionDef)
+    new = append_parameter("scaler", cst.Name("None"))(function.params)
+    assert isinstance(new, cst.Parameters)
+    assert module.with_changes(body=[function.with_changes(params=new)]).code == after
+
+
+def test_a_class_receiver_that_does_not_hold_every_use_links_nothing(tmp_path: Path) -> None:
+    """`self.scaler` cannot serve a module function too: each file is rewritten alone."""
+    work = _copy("trainer_receives_optimizer", tmp_path)
+    trainer = work / "trainer.py"
+    trainer.write_text(trainer.read_text() + (
+        "\n\ndef finetune(model, optimizer, loader):\n"
+        "    for inputs, targets in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        nn.functional.cross_entropy(model(inputs), targets).backward()\n"
+        "        optimizer.step()\n"))
+    code, output = _run(work, ".")
+    assert code == 1, output
+    assert "AMP123" not in output and "AMP124" not in output
+    assert "scaler=scaler" not in (work / "train.py").read_text()
+    compile((work / "trainer.py").read_text(), "trainer.py", "exec")

@@ -23,7 +23,7 @@ from pathlib import Path
 import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
-from amprewrite.analysis.facts import CallSite
+from amprewrite.analysis.facts import CallSite, ModuleFacts
 from amprewrite.analysis.kinds import Kind, KindTable, kind_from_name
 from amprewrite.analysis.names import FreshNames, receiver_key
 from amprewrite.analysis.scaler_home import SCALER_NAMES
@@ -164,7 +164,24 @@ def _receiving(module: LinkedModule, passing: list[CallSite]) -> list[tuple[str,
             init = _stored_from_init(facts, cls).get(key)
             if init is not None and _at_module_level(facts, cls):
                 found.setdefault(cls.name.value, init)
+    classes = [owner for owner, init in found.items() if init.name.value == "__init__"
+               and init in facts.function_class]
+    if classes and not _only_in(facts, classes, used, len(found)):
+        return []  # `self.scaler` and a parameter cannot both name the one scaler here
     return list(found.items())
+
+
+def _only_in(
+    facts: ModuleFacts, classes: list[str], used: list[tuple[cst.FunctionDef | None, str | None]],
+    receivers: int,
+) -> bool:
+    """Whether one class is the module's only receiver and holds every use of the scaler
+    (its `self.scaler` then serves them all)."""
+    if len(classes) != 1 or receivers != 1:
+        return False
+    return all(function is not None and facts.function_class.get(function) is not None
+               and facts.function_class[function].name.value == classes[0]
+               for function, _ in used)
 
 
 def passed_optimizers(site: CallSite, kinds: KindTable) -> list[str]:
@@ -180,11 +197,11 @@ def _is_optimizer(node: cst.BaseExpression, kinds: KindTable) -> bool:
     return kind_from_name(receiver_key(node), (Kind.OPTIMIZER,)) is Kind.OPTIMIZER
 
 
-def _at_module_level(facts, node: cst.FunctionDef | cst.ClassDef) -> bool:  # type: ignore[no-untyped-def]
+def _at_module_level(facts: ModuleFacts, node: cst.FunctionDef | cst.ClassDef) -> bool:
     return node in facts.module.body
 
 
-def _stored_from_init(facts, cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:  # type: ignore[no-untyped-def]
+def _stored_from_init(facts: ModuleFacts, cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
     """`self.optimizer` -> `__init__`, for attributes `__init__` sets from its parameters."""
     init = next((f for f in facts.functions if facts.function_class.get(f) is cls
                  and f.name.value == "__init__"), None)
