@@ -55,7 +55,8 @@ def load_program(named: dict[Path, str]) -> Program:
         if found is not None:
             outlines[path] = found
             pending.extend(p for p in found.imported if p not in sources)
-    for path, source in _possible_importers(root, named, sources):
+    offering = {path for path in named if path in outlines and outlines[path].receivers}
+    for path, source in _possible_importers(root, offering, sources) if offering else ():
         found = outline(path, source, finder)
         if found is not None and found.imported & set(named):
             sources[path] = source
@@ -65,14 +66,15 @@ def load_program(named: dict[Path, str]) -> Program:
 
 
 def _possible_importers(
-    root: Path, named: dict[Path, str], read: dict[Path, bytes]
+    root: Path, named: set[Path], read: dict[Path, bytes]
 ) -> Iterator[tuple[Path, bytes]]:
-    """Project files not read yet that mention torch (or an optimizer) and a named
-    module's name."""
+    """Project files not read yet that mention torch (or an optimizer) and the name of one
+    of the `named` modules (those with functions or classes that may receive an optimizer:
+    no other can need a caller's scaler)."""
     names = {p.parent.name if p.name == "__init__.py" else p.stem for p in named}
     mentions = re.compile(rb"\b(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
     for path in _python_files(root):
-        if path in read or path in named:
+        if path in read:
             continue
         try:
             source = read_source(path)
