@@ -225,3 +225,28 @@ def test_a_class_receiver_that_does_not_hold_every_use_links_nothing(tmp_path: P
     assert "AMP123" not in output and "AMP124" not in output
     assert "scaler=scaler" not in (work / "train.py").read_text()
     compile((work / "trainer.py").read_text(), "trainer.py", "exec")
+
+
+def test_one_file_that_cannot_be_rewritten_leaves_the_others_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amprewrite import engine
+    from amprewrite.engine import RewriteError
+    from amprewrite.findings import CANNOT_PROCESS, Finding
+
+    work = _copy("engine_function", tmp_path)
+    before = _tree(work)
+    real_rewrite = engine.rewrite_analysed
+
+    def rewrite(analysis, source, options):  # type: ignore[no-untyped-def]
+        if b"def train_one_epoch" in source:
+            raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, "internal error: test"))
+        return real_rewrite(analysis, source, options)
+
+    monkeypatch.setattr(engine, "rewrite_analysed", rewrite)
+    code, output = _run(work, ".")
+    assert code == 123, output
+    assert _tree(work) == before
+    assert "engine.py:1:1: AMP004 internal error: test" in output
+    assert ("main.py:1:1: AMP451 not rewritten: engine.py, which shares this file's training "
+            "step, cannot be rewritten (AMP004)") in output

@@ -20,7 +20,7 @@ from amprewrite.options import Options
 from amprewrite.project.links import LinkedModule, link_group
 from amprewrite.project.program import Program, load_program
 from amprewrite.recipes import choose
-from amprewrite.runner import FileOutcome, Status, process_source, rewrite_failure, write_failure
+from amprewrite.runner import FileOutcome, Status, rewrite_failure, write_failure
 
 NEEDS_UNNAMED_FILE = declare(
     "AMP450", SKIP, "the training step continues in a file that was not named",
@@ -71,7 +71,7 @@ def _rewrite_group(
         try:
             analysis = ModuleAnalysis(engine.parse(source))
         except Exception as exc:
-            return _blocked_by(program, group, named, path, options, rewrite_failure(exc))
+            return _blocked_by(program, group, named, path, rewrite_failure(exc))
         if choose(analysis, options).name not in _LINKABLE:
             return None
         modules.append(LinkedModule(path, program.shown[path], analysis))
@@ -91,14 +91,14 @@ def _rewrite_group(
         try:
             result = engine.rewrite_analysed(module.analysis, source, options)
         except Exception as exc:
-            return _blocked_by(program, group, named, module.path, options, rewrite_failure(exc))
+            return _blocked_by(program, group, named, module.path, rewrite_failure(exc))
         changed = result.changed and result.source != source
         results[module.path] = FileOutcome(
             module.shown, Status.CHANGED if changed else Status.UNCHANGED,
             list(result.findings), source, result.source if changed else source)
     outcomes = list(results.values())
     if write:
-        _write_all(outcomes, [p for p in results])
+        _write_all(outcomes, list(results))
     return outcomes
 
 
@@ -112,18 +112,18 @@ def _needs_unnamed(program: Program, module: LinkedModule, unnamed: list[str]) -
 
 
 def _blocked_by(
-    program: Program, group: list[Path], named: set[Path], failed: Path, options: Options,
-    finding: Finding,
+    program: Program, group: list[Path], named: set[Path], failed: Path, finding: Finding
 ) -> list[FileOutcome]:
-    """The failing file's own outcome (when named) and every other named file left as it
-    is, with a finding naming the failing one."""
+    """The failing file's outcome (when named) with its `finding`, and every other named
+    file left as it is, with a finding naming the failing one."""
     outcomes = []
     for path in group:
         if path not in named:
             continue
         source = program.sources[path]
         if path == failed:
-            outcomes.append(process_source(program.shown[path], source, options, True))
+            outcomes.append(FileOutcome(program.shown[path], Status.FAILED, [finding], source,
+                                        source))
             continue
         outcomes.append(FileOutcome(program.shown[path], Status.UNCHANGED, [Finding(
             LINKED_FILE_FAILED, 1, 1, f"not rewritten: {program.shown[failed]}, which shares "
@@ -141,8 +141,7 @@ def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
         try:
             write_atomically(path, outcome.after, expected=outcome.before)
         except Exception as exc:
-            for done_path, done in written:
-                write_atomically(done_path, done.before, expected=done.after)
+            _put_back(written)
             failure = write_failure(exc)
             for other in outcomes:
                 if other.status is Status.CHANGED:
@@ -153,3 +152,14 @@ def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
                         "this file's training step, could not be written"))
             return
         written.append((path, outcome))
+
+
+def _put_back(written: list[tuple[Path, FileOutcome]]) -> None:
+    """Restore the files of a group already written; one that cannot be restored says so."""
+    for path, outcome in written:
+        try:
+            write_atomically(path, outcome.before, expected=outcome.after)
+        except Exception as exc:
+            outcome.findings.append(Finding(LINKED_FILE_FAILED, 1, 1, "written, and could not "
+                                            f"be put back ({write_failure(exc).message}): "
+                                            "restore it from version control"))
