@@ -42,9 +42,14 @@ class Project:
     save: tuple[str, ...]  # arguments that write a checkpoint to {ckpt}
     resume: tuple[str, ...]  # arguments that resume from {ckpt} for one more epoch
     checkpoint: str  # the file the saving run writes, under the checkpoint directory
+    style: str = "O1"  # which expected tree runs: expected_<style>/
 
     def __str__(self) -> str:
-        return self.name
+        return f"{self.name}-{self.style}"
+
+    @property
+    def rewrite(self) -> str:
+        return f"expected_{self.style}"
 
     def path(self, tree: str) -> Path:
         return PROJECTS / self.name / tree / self.script
@@ -59,6 +64,10 @@ PROJECT_RUNS = [
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
     Project("package_chain", "train.py", ("--checkpoint", "{file}"),
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
+    Project("package_chain", "train.py", ("--checkpoint", "{file}"),
+            ("--resume", "{file}", "--epochs", "4"), "ckpt.pt", style="O1_plain"),
+    Project("trainer_receives_optimizer", "train.py", ("--checkpoint", "{file}"),
+            ("--resume", "{file}", "--epochs", "4"), "ckpt.pt", style="O2"),
 ]
 LOW_PRECISION = [BFLOAT16, FLOAT16]
 
@@ -72,7 +81,7 @@ _CHECKPOINTS = tempfile.TemporaryDirectory(prefix="amprewrite-projects-")  # for
 
 
 def _checkpoints(project: Project, label: str) -> Path:
-    directory = Path(_CHECKPOINTS.name) / project.name / label
+    directory = Path(_CHECKPOINTS.name) / str(project) / label
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -83,7 +92,7 @@ def _saving_runs(project: Project) -> dict[str, tuple[ScriptRun, Path]]:
     jobs, places = {}, {}
     for dtype in (FLOAT32, *LOW_PRECISION):
         place = _checkpoints(project, f"save-{dtype}")
-        tree = "input" if dtype == FLOAT32 else "expected_O1"
+        tree = "input" if dtype == FLOAT32 else project.rewrite
         jobs[dtype] = Job.of(project.path(tree), _args(project.save, place, project),
                              DTYPE_ENVS.get(dtype))
         places[dtype] = place
@@ -123,7 +132,7 @@ def test_rewritten_project_resumes_from_an_fp32_checkpoint(project: Project, dty
     assert "scaler" not in torch.load(checkpoint, weights_only=False)
     resume = _args(project.resume, checkpoint.parent, project)
     fp32, amp = run_scripts([Job.of(project.path("input"), resume),
-                             Job.of(project.path("expected_O1"), resume, DTYPE_ENVS[dtype])])
+                             Job.of(project.path(project.rewrite), resume, DTYPE_ENVS[dtype])])
     assert amp.ok, amp.explain()
     assert fp32.ok, fp32.explain()
     assert dtype in amp.train_dtypes
@@ -131,18 +140,23 @@ def test_rewritten_project_resumes_from_an_fp32_checkpoint(project: Project, dty
     assert all(math.isfinite(loss) for loss in amp.losses)
 
 
+def _tracker(state: dict) -> int:
+    """Steps since the scale last changed (the runtime's key, or torch's with `--plain`)."""
+    return state["growth_tracker"] if "growth_tracker" in state else state["_growth_tracker"]
+
+
 @pytest.mark.parametrize("project", PROJECT_RUNS, ids=str)
 def test_rewritten_project_resumes_its_own_scaler_state(project: Project) -> None:
     saved, checkpoint = _saving_runs(project)[FLOAT16]
     state = torch.load(checkpoint, weights_only=False)["scaler"]
     assert state["scale"] == saved.scales[-1], "the checkpoint holds the scaler's last scale"
-    assert state["growth_tracker"] > 0
+    assert _tracker(state) > 0
     again = _checkpoints(project, "resumed")
     arguments = (*_args(project.resume, checkpoint.parent, project),
                  *_args(project.save, again, project))
-    [resumed] = run_scripts([Job.of(project.path("expected_O1"), arguments, FLOAT16_ENV)])
+    [resumed] = run_scripts([Job.of(project.path(project.rewrite), arguments, FLOAT16_ENV)])
     assert resumed.ok, resumed.explain()
     assert resumed.optimizer_steps > 0 and not resumed.skipped_at
     after = torch.load(again / project.checkpoint, weights_only=False)["scaler"]
     # A restored scaler counts on from the saved state; a fresh one would count from 0.
-    assert after["growth_tracker"] == state["growth_tracker"] + resumed.optimizer_steps
+    assert _tracker(after) == _tracker(state) + resumed.optimizer_steps

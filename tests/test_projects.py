@@ -51,24 +51,35 @@ def test_there_are_project_fixtures() -> None:
     assert len(CASES) >= 4
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_project_rewrite_matches_expected_tree(case: str, tmp_path: Path) -> None:
+# The style of an `expected_<style>/` tree, and the options that produce it.
+STYLE_OPTIONS = {"O1": [], "O1_plain": ["--plain"], "O2": ["--opt-level", "O2"]}
+TREES = [(case, tree.name.removeprefix("expected_")) for case in CASES
+         for tree in sorted((PROJECTS / case).glob("expected_*"))]
+
+
+def test_every_expected_tree_has_a_known_style() -> None:
+    assert {style for _, style in TREES} <= set(STYLE_OPTIONS)
+    assert {"O1_plain", "O2"} <= {style for _, style in TREES}
+
+
+@pytest.mark.parametrize(("case", "style"), TREES, ids=[f"{c}-{s}" for c, s in TREES])
+def test_project_rewrite_matches_expected_tree(case: str, style: str, tmp_path: Path) -> None:
     work = _copy(case, tmp_path)
-    code, output = _run(work, ".")
-    expected = _tree(PROJECTS / case / "expected_O1")
+    code, output = _run(work, *STYLE_OPTIONS[style], ".")
+    expected = _tree(PROJECTS / case / f"expected_{style}")
     assert {k: v for k, v in _tree(work).items() if k != "pyproject.toml"} == expected
     assert code == (1 if expected != _tree(PROJECTS / case / "input") else 0), output
-    wanted = (PROJECTS / case / "findings_O1.txt").read_text().splitlines()
+    wanted = (PROJECTS / case / f"findings_{style}.txt").read_text().splitlines()
     assert _findings(output) == wanted
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_project_rewrite_is_idempotent(case: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("case", "style"), TREES, ids=[f"{c}-{s}" for c, s in TREES])
+def test_project_rewrite_is_idempotent(case: str, style: str, tmp_path: Path) -> None:
     work = tmp_path / case
-    shutil.copytree(PROJECTS / case / "expected_O1", work)
+    shutil.copytree(PROJECTS / case / f"expected_{style}", work)
     (work / "setup.py").write_text("")  # the root marker
     before = _tree(work)
-    code, output = _run(work, ".")
+    code, output = _run(work, *STYLE_OPTIONS[style], ".")
     assert code == 0, output
     assert _tree(work) == before
 
@@ -194,7 +205,8 @@ def test_rules_acting_across_modules_are_shown_by_project_fixtures() -> None:
     ("def f(*args, **kwargs):\n    pass\n", "def f(*args, scaler=None, **kwargs):\n    pass\n"),
     ("def f(a, **kwargs):\n    pass\n", "def f(a, scaler=None, **kwargs):\n    pass\n"),
     ("def f(a, *, b):\n    pass\n", "def f(a, *, b, scaler=None):\n    pass\n"),
-    ("def f(\n    a,\n    b,\n):\n    pass\n", "def f(\n    a,\n    b,\n    scaler=None,\n):\n    pass\n"),
+    ("def f(\n    a,\n    b,\n):\n    pass\n",
+     "def f(\n    a,\n    b,\n    scaler=None,\n):\n    pass\n"),
     ("def f(self, a: int = 0):\n    pass\n", "def f(self, a: int = 0, scaler=None):\n    pass\n"),
 ])
 def test_a_new_parameter_goes_where_python_allows_it(before: str, after: str) -> None:
