@@ -262,3 +262,19 @@ def test_one_file_that_cannot_be_rewritten_leaves_the_others_unchanged(
     assert "engine.py:1:1: AMP004 internal error: test" in output
     assert ("main.py:1:1: AMP451 not rewritten: engine.py, which shares this file's training "
             "step, cannot be rewritten (AMP004)") in output
+
+
+def test_a_call_that_passes_no_optimizer_passes_no_scaler(tmp_path: Path) -> None:
+    """`load_checkpoint(path, model)` restores no optimizer: the caller needs no scaler."""
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / "utils.py").write_text(
+        "import torch\n\n\ndef load_checkpoint(path, model, optimizer=None):\n"
+        "    state = torch.load(path)\n    model.load_state_dict(state['model'])\n"
+        "    if optimizer:\n        optimizer.load_state_dict(state['optim'])\n")
+    (tmp_path / "count.py").write_text(
+        "import torch\n\nimport utils\n\nmodel = torch.nn.Linear(2, 2)\n"
+        "utils.load_checkpoint('last.pt', model)\nutils.load_checkpoint('a.pt', model, None)\n")
+    before = _tree(tmp_path)
+    code, output = _run(tmp_path, ".")
+    assert code == 0, output
+    assert _tree(tmp_path) == before

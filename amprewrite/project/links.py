@@ -94,10 +94,11 @@ def link_group(modules: list[LinkedModule], finder: ModuleFinder) -> None:
         changed = False
         for module in modules:
             passing = [p.site for m, p in passes.values() if m is module]
-            for owner, function in _receiving(module, passing):
+            for owner, function, optimizers in _receiving(module, passing):
                 key = (module.path, owner)
                 callers = [(m, site) for m in modules if m is not module
-                           for site, target in calls[m.path] if target == key]
+                           for site, target in calls[m.path] if target == key
+                           and _binds(site.call, function, optimizers, module.analysis.facts)]
                 if key in receivers or not callers:
                     continue
                 name = module.scaler_name
@@ -142,16 +143,19 @@ def _saved_optimizer(entry: cst.CSTNode) -> str | None:
     return None
 
 
-def _receiving(module: LinkedModule, passing: list[CallSite]) -> list[tuple[str, cst.FunctionDef]]:
+def _receiving(
+    module: LinkedModule, passing: list[CallSite]
+) -> list[tuple[str, cst.FunctionDef, set[str]]]:
     """Module-level functions using an optimizer they receive as a parameter, and classes
-    whose `__init__` receives the optimizer their methods use (by the owner's name)."""
+    whose `__init__` receives the optimizer their methods use: the owner's name, the function
+    given the scaler, and its parameters that carry the optimizer."""
     facts = module.analysis.facts
     kinds = module.analysis.kinds
     used: list[tuple[cst.FunctionDef | None, str | None]] = [
         (site.function, key) for site, key in scaler_sites(module.analysis)]
     for site in passing:
         used += [(site.function, key) for key in passed_optimizers(site, kinds)]
-    found: dict[str, cst.FunctionDef] = {}
+    found: dict[str, tuple[cst.FunctionDef, set[str]]] = {}
     for function, key in used:
         if function is None or key is None:
             continue
@@ -159,16 +163,31 @@ def _receiving(module: LinkedModule, passing: list[CallSite]) -> list[tuple[str,
         if cls is None:
             positional, keyword_only = facts.parameters(function)
             if key in positional + keyword_only and _at_module_level(facts, function):
-                found.setdefault(function.name.value, function)
+                found.setdefault(function.name.value, (function, set()))[1].add(key)
         else:
-            init = _stored_from_init(facts, cls).get(key)
-            if init is not None and _at_module_level(facts, cls):
-                found.setdefault(cls.name.value, init)
-    classes = [owner for owner, init in found.items() if init.name.value == "__init__"
+            stored = _stored_from_init(facts, cls).get(key)
+            if stored is not None and _at_module_level(facts, cls):
+                found.setdefault(cls.name.value, (stored[0], set()))[1].add(stored[1])
+    classes = [owner for owner, (init, _) in found.items() if init.name.value == "__init__"
                and init in facts.function_class]
     if classes and not _only_in(facts, classes, used, len(found)):
         return []  # `self.scaler` and a parameter cannot both name the one scaler here
-    return list(found.items())
+    return [(owner, function, keys) for owner, (function, keys) in found.items()]
+
+
+def _binds(call: cst.Call, function: cst.FunctionDef, parameters: set[str],
+           facts: ModuleFacts) -> bool:
+    """Whether `call` gives `function` a value (not None) for one of `parameters`: a call
+    that passes no optimizer (`load_checkpoint(path, model)`) needs no scaler."""
+    positional, _ = facts.parameters(function)
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return True  # `*args` / `**kwargs` may bind it
+        name = arg.keyword.value if arg.keyword is not None else (
+            positional[index] if index < len(positional) else None)
+        if name in parameters:
+            return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+    return False
 
 
 def _only_in(
@@ -201,21 +220,24 @@ def _at_module_level(facts: ModuleFacts, node: cst.FunctionDef | cst.ClassDef) -
     return node in facts.module.body
 
 
-def _stored_from_init(facts: ModuleFacts, cls: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-    """`self.optimizer` -> `__init__`, for attributes `__init__` sets from its parameters."""
+def _stored_from_init(
+    facts: ModuleFacts, cls: cst.ClassDef
+) -> dict[str, tuple[cst.FunctionDef, str]]:
+    """`self.optimizer` -> (`__init__`, its parameter), for attributes `__init__` sets from
+    its parameters."""
     init = next((f for f in facts.functions if facts.function_class.get(f) is cls
                  and f.name.value == "__init__"), None)
     if init is None:
         return {}
     positional, keyword_only = facts.parameters(init)
     parameters = set(positional + keyword_only)
-    stored: dict[str, cst.FunctionDef] = {}
+    stored: dict[str, tuple[cst.FunctionDef, str]] = {}
     for binding in facts.bindings:
         if (binding.function is init and isinstance(binding.value, cst.Name)
                 and binding.value.value in parameters):
             for key in binding.keys:
                 if key.startswith("self."):
-                    stored[key] = init
+                    stored[key] = (init, binding.value.value)
     return stored
 
 
