@@ -37,3 +37,32 @@ def test_each_fp32_benchmark_script_is_rewritten_like_its_hand_written_twin(mode
     assert "with autocast():" in rewritten and "with torch.autocast(" in hand
     for line in ("scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"):
         assert line in rewritten and line in hand
+
+
+def test_the_generated_project_is_500_files_and_main_py_parses_no_plain_module(
+    tmp_path: Path,
+) -> None:
+    import project_speed  # imports torch through _harness: only this test pays for it
+
+    repo = project_speed.generate(tmp_path / "repo")
+    assert (len(repo.plain), len(repo.torch), len(repo.training)) == (440, 50, 10)
+    assert (repo.root / "pyproject.toml").is_file()
+    for path in repo.files:
+        source = path.read_bytes()
+        compile(source, str(path), "exec")
+        if path in repo.plain:
+            assert b"torch" not in source, path
+            if path.name != "__init__.py":
+                assert 50 <= source.count(b"\n") <= 200, path
+    plain = {path.relative_to(repo.root).as_posix() for path in repo.plain}
+    one = project_speed.reached(repo.root, [repo.root / "main.py"])
+    assert one["linked_files"] == ["engine.py", "main.py"]
+    assert {"main.py", "engine.py", "utils.py", "models.py"} <= set(one["outlined_files"])
+    assert not plain & set(one["outlined_files"])
+    whole = project_speed.reached(repo.root, repo.files)
+    assert whole["outlined"] == len(repo.torch) + len(repo.training)
+    assert whole["linked_files"] == [
+        "contrastive/main_ce.py", "contrastive/util.py", "detection/engine.py",
+        "detection/main.py", "engine.py", "main.py", "trainers/train.py", "trainers/trainer.py"]
+    again = project_speed.generate(tmp_path / "again")
+    assert [p.read_bytes() for p in again.files] == [p.read_bytes() for p in repo.files]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ from amprewrite.analysis.frameworks import (
 from amprewrite.analysis.function_regions import FunctionRegions, place_regions
 from amprewrite.analysis.gram_matrices import gram_matrices
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
-from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.lint import Lint, lint
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
 from amprewrite.analysis.ray_train import RayAmp, ray_amp
@@ -46,9 +47,13 @@ class ModuleAnalysis:
     """Every fact the rules need about one module. Each is computed on first use, so a recipe
     pays only for the facts it reads (a migration needs no training step analysis)."""
 
-    def __init__(self, module: cst.Module, scaler_arguments: tuple[str, ...] | None = None):
+    def __init__(
+        self, module: cst.Module, scaler_arguments: tuple[str, ...] | None = None,
+        project_kinds: Callable[[str], Kind | None] | None = None,
+    ):
         self.facts: ModuleFacts = collect(module)
-        self.kinds = KindTable(self.facts)
+        # `project_kinds`: what the project's functions this module imports return
+        self.kinds = KindTable(self.facts, project_kinds)
         # The grad scaler's arguments as the script's own source text, carried forward from
         # a migration (apex's `opt_level=args.opt_level`); None: built from the options.
         self.scaler_arguments = scaler_arguments

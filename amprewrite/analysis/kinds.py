@@ -65,6 +65,11 @@ _SAME_KIND_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "train",
                                 "requires_grad_", "share_memory"})
 
 
+def kind_of_constructor(name: str) -> Kind | None:
+    """The kind of what a qualified callable builds (`torch.optim.AdamW` -> optimizer)."""
+    return _classify_qualified(name)
+
+
 def _classify_qualified(name: str) -> Kind | None:
     last = name.rsplit(".", 1)[-1]
     if name.startswith(_SCHEDULER_PREFIXES) or (
@@ -118,8 +123,13 @@ def kind_from_name(name: str | None, among: tuple[Kind, ...] = tuple(Kind)) -> K
 class KindTable:
     """The kind of every key the module lets us infer."""
 
-    def __init__(self, facts: ModuleFacts) -> None:
+    def __init__(
+        self, facts: ModuleFacts, project_kinds: Callable[[str], Kind | None] | None = None
+    ) -> None:
         self.facts = facts
+        # What a project function imported from another module returns, by the qualified
+        # name this module calls it by (`util.make_solver` -> optimizer); None: one file.
+        self.project_kinds = project_kinds
         self.kinds: dict[str, Kind] = {}
         self.constructors: dict[str, str] = {}  # key -> qualified name of what built it
         self._local_classes = self._local_class_kinds()
@@ -184,6 +194,11 @@ class KindTable:
                 return self._local_classes[name]
             if isinstance(func, cst.Attribute) and func.attr.value in _SAME_KIND_METHODS:
                 return self.kind_of_value(func.value)
+            if self.project_kinds is not None:
+                qualified = self.facts.imports.resolve_in_project(func)
+                kind = self.project_kinds(qualified) if qualified is not None else None
+                if kind is not None:
+                    return kind
             if resolved is not None:
                 return _classify_local_callable(resolved)
             if name in self._function_names:

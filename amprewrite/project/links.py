@@ -28,6 +28,7 @@ from amprewrite.analysis.kinds import Kind, KindTable, kind_from_name
 from amprewrite.analysis.names import FreshNames, receiver_key
 from amprewrite.analysis.scaler_home import SCALER_NAMES
 from amprewrite.project.layout import ModuleFinder
+from amprewrite.project.program import resolve_symbol
 
 
 @dataclass(frozen=True)
@@ -249,13 +250,7 @@ def _project_calls(
     found = []
     for site in facts.calls:
         qualified = facts.imports.resolve_in_project(site.call.func)
-        if qualified is None:
-            continue
-        level = len(qualified) - len(qualified.lstrip("."))
-        target, _, symbol = qualified[level:].rpartition(".")
-        if not symbol:
-            continue
-        file = finder.find(module.path, target, level) if target or level else None
-        if file is not None and file in by_path and file != module.path:
-            found.append((site, (file, symbol)))
+        target = None if qualified is None else resolve_symbol(finder, module.path, qualified)
+        if target is not None and target[0] in by_path and target[0] != module.path:
+            found.append((site, target))
     return found

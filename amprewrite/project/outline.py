@@ -1,6 +1,7 @@
 """A cheap first look at a module (Python's own `ast`, no libcst): what it imports from the
-project, which project functions and classes it calls, and which of its own may receive an
-optimizer from a caller. It only finds the candidates: `links` decides on libcst's analysis.
+project, which project functions and classes it calls, which of its own may receive an
+optimizer from a caller, and which return one they build (factories). It only finds the
+candidates: `links` decides on libcst's analysis.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amprewrite.analysis.kinds import Kind, kind_from_name
+from amprewrite.analysis.kinds import Kind, kind_from_name, kind_of_constructor
 from amprewrite.project.layout import ModuleFinder
 
 # Calls on an optimizer that make it one: stepped, zeroed, saved or restored.
@@ -27,6 +28,7 @@ class Outline:
     imported: set[Path] = field(default_factory=set)  # project modules it imports
     calls: set[Symbol] = field(default_factory=set)  # project functions and classes it calls
     receivers: set[str] = field(default_factory=set)  # its functions/classes taking an optimizer
+    factories: set[str] = field(default_factory=set)  # its functions returning a new optimizer
 
 
 def outline(path: Path, source: bytes, finder: ModuleFinder) -> Outline | None:
@@ -45,10 +47,49 @@ def outline(path: Path, source: bytes, finder: ModuleFinder) -> Outline | None:
             target = _resolve(_dotted(node.func), modules, symbols)
             if target is not None:
                 result.calls.add(target)
+    torch_names = _torch_aliases(tree)
     for node in tree.body:
         if _may_receive(node):
             result.receivers.add(node.name)  # type: ignore[attr-defined]
+        if isinstance(node, ast.FunctionDef) and _returns_optimizer(node, torch_names):
+            result.factories.add(node.name)
     return result
+
+
+def _torch_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local names bound to torch and what they stand for (`optim` -> `torch.optim`)."""
+    aliases: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "torch":
+                    local = alias.asname or alias.name.split(".")[0]
+                    aliases[local] = alias.name if alias.asname else local
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return aliases
+
+
+def _returns_optimizer(function: ast.FunctionDef, torch_names: dict[str, str]) -> bool:
+    """`return torch.optim.AdamW(...)`, or the return of a name such a call bound."""
+
+    def builds(value: ast.expr | None) -> bool:
+        if not isinstance(value, ast.Call):
+            return False
+        name = _dotted(value.func)
+        head, _, rest = (name or "").partition(".")
+        qualified = torch_names.get(head)
+        if qualified is None:
+            return False
+        return kind_of_constructor(f"{qualified}.{rest}" if rest else qualified) is Kind.OPTIMIZER
+
+    built = {target.id for node in ast.walk(function) if isinstance(node, ast.Assign)
+             and builds(node.value) for target in node.targets if isinstance(target, ast.Name)}
+    returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return)]
+    return bool(returns) and all(
+        builds(value) or (isinstance(value, ast.Name) and value.id in built)
+        for value in returns)
 
 
 def _may_receive(node: ast.stmt) -> bool:

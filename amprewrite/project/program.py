@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from amprewrite.analysis.kinds import Kind
 from amprewrite.discovery import skipped
 from amprewrite.fileio import read_source
 from amprewrite.project.layout import ModuleFinder, project_root
@@ -34,6 +35,30 @@ class Program:
     sources: dict[Path, bytes]  # every module read (resolved path -> bytes)
     shown: dict[Path, str]  # resolved path -> how the user sees it
     groups: list[list[Path]]  # modules linked by calls that may pass an optimizer
+    outlines: dict[Path, Outline]  # of the modules read that may step or pass an optimizer
+
+    def kinds_for(self, importer: Path) -> Callable[[str], Kind | None]:
+        """What the project functions `importer` calls return, by the qualified name it
+        calls them by (an optimizer for a factory like `make_solver(cfg, model)`)."""
+
+        def kind(qualified: str) -> Kind | None:
+            target = resolve_symbol(self.finder, importer, qualified)
+            if target is None or target[0] not in self.outlines:
+                return None
+            return Kind.OPTIMIZER if target[1] in self.outlines[target[0]].factories else None
+
+        return kind
+
+
+def resolve_symbol(finder: ModuleFinder, importer: Path, qualified: str) -> tuple[Path, str] | None:
+    """The project file and name a qualified name from `importer`'s imports stands for
+    (`.engine.train` -> engine.py, `train`), or None outside the project."""
+    level = len(qualified) - len(qualified.lstrip("."))
+    target, _, symbol = qualified[level:].rpartition(".")
+    if not symbol or not (target or level):
+        return None
+    file = finder.find(importer, target, level)
+    return None if file is None else (file, symbol)
 
 
 def load_program(named: dict[Path, str]) -> Program:
@@ -62,7 +87,7 @@ def load_program(named: dict[Path, str]) -> Program:
             sources[path] = source
             outlines[path] = found
     shown = {path: named.get(path) or _shown(path) for path in sources}
-    return Program(root, finder, sources, shown, _groups(outlines, set(named)))
+    return Program(root, finder, sources, shown, _groups(outlines, set(named)), outlines)
 
 
 def _possible_importers(

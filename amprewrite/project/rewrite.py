@@ -69,7 +69,8 @@ def _rewrite_group(
     for path in group:
         source = program.sources[path]
         try:
-            analysis = ModuleAnalysis(engine.parse(source))
+            analysis = ModuleAnalysis(engine.parse(source),
+                                      project_kinds=program.kinds_for(path))
         except Exception as exc:
             return _blocked_by(program, group, named, path, rewrite_failure(exc))
         if choose(analysis, options).name not in _LINKABLE:
