@@ -58,8 +58,6 @@ class ModuleLinks:
 
     parameters: list[ScalerParameter] = field(default_factory=list)
     passes: list[ScalerPass] = field(default_factory=list)
-    # The modules this one is linked with (display paths), for findings about the group.
-    partners: set[str] = field(default_factory=set)
 
     @property
     def receives_in_class(self) -> bool:
@@ -109,8 +107,6 @@ def link_group(modules: list[LinkedModule], finder: ModuleFinder) -> None:
                     optimizers = tuple(passed_optimizers(site, caller.analysis.kinds))
                     passes[id(site.call)] = (caller, ScalerPass(site, optimizers, name, owner,
                                                                 module.shown))
-                    caller.links.partners.add(module.shown)
-                    module.links.partners.add(caller.shown)
                 changed = True
         if not changed:
             break
@@ -120,7 +116,7 @@ def link_group(modules: list[LinkedModule], finder: ModuleFinder) -> None:
         module.links.passes.append(scaler_pass)
 
 
-def scaler_sites(analysis: ModuleAnalysis) -> list[tuple[CallSite, str | None]]:
+def _scaler_sites(analysis: ModuleAnalysis) -> list[tuple[CallSite, str | None]]:
     """Where the module's rewrite uses the scaler, with the optimizer each site concerns:
     optimizer steps, and checkpoint saves and restores of an optimizer's state."""
     sites: list[tuple[CallSite, str | None]] = []
@@ -153,7 +149,7 @@ def _receiving(
     facts = module.analysis.facts
     kinds = module.analysis.kinds
     used: list[tuple[cst.FunctionDef | None, str | None]] = [
-        (site.function, key) for site, key in scaler_sites(module.analysis)]
+        (site.function, key) for site, key in _scaler_sites(module.analysis)]
     for site in passing:
         used += [(site.function, key) for key in passed_optimizers(site, kinds)]
     found: dict[str, tuple[cst.FunctionDef, set[str]]] = {}

@@ -45,8 +45,9 @@ def links_projects(options: Options) -> bool:
     return options.opt_level != "O0" and not (options.plain and options.dtype == "bfloat16")
 
 
-def rewrite_project(named: dict[Path, str], options: Options, write: bool) -> tuple[
-        list[FileOutcome], set[Path]]:
+def rewrite_project(
+    named: dict[Path, str], options: Options, write: bool
+) -> tuple[list[FileOutcome], set[Path]]:
     """Outcomes of the named files that belong to a group of linked modules, and those
     files; the others are left to the single-file path."""
     program = load_program(named)
