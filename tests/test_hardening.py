@@ -138,3 +138,18 @@ def test_sigint_exits_without_a_traceback(tmp_path: Path) -> None:
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert "Traceback" not in err
+
+
+def test_every_package_is_installed() -> None:
+    """A subpackage missing from pyproject's list installs a command that cannot start (the
+    pre-commit hooks install the project like any user)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    runtime = root / "runtime"
+    found = {".".join(p.parent.relative_to(root).parts)
+             for p in root.glob("amprewrite/**/__init__.py")}
+    found |= {".".join(p.parent.relative_to(runtime).parts)
+              for p in runtime.glob("amprewrite_runtime/**/__init__.py")}
+    assert found == set(setuptools["packages"])
