@@ -133,12 +133,26 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
                                     "clipping scaled gradients: "
                                     f"call `{scaler}.unscale_({optimizer})` first"))
     unsaved = [s for s in saved.saved if not _saves_scaler(s.container, usage)]
-    if unsaved:
-        found.checkpoints = Checkpoints(unsaved, [], saved.key)
-        found.notes.extend(Note(CHECKPOINT_WITHOUT_SCALER, s.entry,
-                                "checkpoint saves the optimizer but not the "
-                                "grad scaler's state") for s in unsaved)
+    fixable = [s for s in unsaved if _reachable(scaler, s.site, facts)]
+    if fixable:
+        found.checkpoints = Checkpoints(fixable, [], saved.key)
+    found.notes.extend(Note(CHECKPOINT_WITHOUT_SCALER, s.entry,
+                            "checkpoint saves the optimizer but not the grad scaler's state"
+                            + ("" if s in fixable else f": `{scaler}` is not reachable here, "
+                               "save the scaler's `state_dict()` next to the optimizer's"))
+                       for s in unsaved)
     return found
+
+
+def _reachable(scaler: str, site: CallSite, facts: ModuleFacts) -> bool:
+    """Whether `scaler` (`scaler`, `self._scaler`) can be named at `site`: an attribute of
+    `self` only in a method of a class that assigns it."""
+    if not scaler.startswith("self."):
+        return True
+    cls = facts.function_class.get(site.function) if site.function is not None else None
+    return cls is not None and any(
+        binding.function is not None and facts.function_class.get(binding.function) is cls
+        and scaler in binding.keys for binding in facts.bindings)
 
 
 def _scaler_call(call: cst.Call, usage: AmpUsage, method: str) -> bool:
@@ -152,7 +166,10 @@ def _inside_autocast(statement: Statement, blocks: list[cst.With], facts: Module
 
 
 def _unscaled_before(point: Unscale, unscales: list[CallSite], facts: ModuleFacts) -> bool:
-    return any(facts.order[u.statement] < facts.order[point.statement] for u in unscales)
+    """An `unscale_` before the point, or inside it (`if clip: unscale_(...); clip(...)`,
+    the point being the statement that holds the gradient use)."""
+    return any(facts.order[u.statement] < facts.order[point.statement]
+               or point.statement in facts.enclosing_statements(u.statement) for u in unscales)
 
 
 def _optimizer_of(point: Unscale, steps: list[CallSite]) -> cst.BaseExpression:
@@ -164,7 +181,16 @@ def _optimizer_of(point: Unscale, steps: list[CallSite]) -> cst.BaseExpression:
 
 
 def _saves_scaler(container: cst.CSTNode | None, usage: AmpUsage) -> bool:
+    """Whether a checkpoint dict holds a scaler's state: the script's scaler, or anything
+    named for one (`loss_scaler.state_dict()`, a wrapper around it)."""
     if container is None:
         return True  # `state["optimizer"] = ...` lines: not checked
-    return any(isinstance(node, cst.Call) and _scaler_call(node, usage, "state_dict")
-               for node in descendants(container))
+    return any(isinstance(node, cst.Call) and (
+        _scaler_call(node, usage, "state_dict") or _named_scaler_state(node))
+        for node in descendants(container))
+
+
+def _named_scaler_state(call: cst.Call) -> bool:
+    func = call.func
+    return (isinstance(func, cst.Attribute) and func.attr.value == "state_dict"
+            and "scaler" in (dotted(func.value) or "").rsplit(".", 1)[-1].lower())
