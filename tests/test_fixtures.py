@@ -62,6 +62,7 @@ KEPT_BY_REVERT = {
     "rule_escape_numpy_metrics": b"prediction.data.float().numpy()",
     "rule_escape_model_method": b"weights[0].detach().cpu().float().numpy()",
     "rule_escape_foreign_calls": b"accuracy(logits.detach().float(), y, top=2)",
+    "rule_escape_zipped_paths": b"save_output_image(index, image_path, detections.float())",
     "rule_escape_logging": b'"train/probs": probs.float()',
     "rule_escape_returns_and_methods": b"meter.update(out.float(), yb)",
     "model_output_object": b"logits.cpu().float().numpy()",

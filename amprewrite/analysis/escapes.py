@@ -283,7 +283,7 @@ class _Scope:
                 self.small(small)
         elif isinstance(statement, cst.For):
             self.check(statement.iter)
-            self.bind(statement.target, self.is_low(statement.iter))
+            self.bind_iteration(statement.target, statement.iter)
             self.layers.update(_submodules_iterated(statement))
             self.counters.update(_counters(statement))
             self.block(statement.body.body)
@@ -337,6 +337,19 @@ class _Scope:
         elif isinstance(small, cst.Expr):
             self.check(small.value)
             self.track_append(small.value)
+
+    def bind_iteration(self, target: cst.BaseExpression, iterated: cst.BaseExpression) -> None:
+        """Bind a loop's target: element by element through `zip(a, b)` and `enumerate(a)`
+        (a path zipped with a tensor stays a path), else as low as what is iterated."""
+        parts = _iterated_parts(target, iterated)
+        if parts is None:
+            self.bind(target, self.is_low(iterated))
+            return
+        for element, part in parts:
+            if part is None:
+                self.bind(element, False)  # enumerate's counter
+            else:
+                self.bind_iteration(element, part)
 
     def bind(
         self, target: cst.BaseExpression, low: bool, value: cst.BaseExpression | None = None
@@ -416,7 +429,7 @@ class _Scope:
             clause: cst.CompFor | None = node.for_in
             while clause is not None:
                 self.check(clause.iter)
-                self.bind(clause.target, self.is_low(clause.iter))
+                self.bind_iteration(clause.target, clause.iter)
                 clause = clause.inner_for_in
             for part in ("elt", "key", "value"):
                 child = getattr(node, part, None)
@@ -643,7 +656,7 @@ class _Scope:
             saved = set(self.low)
             clause: cst.CompFor | None = node.for_in
             while clause is not None:
-                self.bind(clause.target, self.is_low(clause.iter))
+                self.bind_iteration(clause.target, clause.iter)
                 clause = clause.inner_for_in
             low = self.is_low(node.elt)
             self.low = saved
@@ -731,6 +744,26 @@ def _submodules_iterated(loop: cst.For) -> set[str]:
     if not _is_submodule(iterated):
         return set()
     return {name for name in [dotted(target)] if name is not None}
+
+
+def _iterated_parts(
+    target: cst.BaseExpression, iterated: cst.BaseExpression
+) -> list[tuple[cst.BaseExpression, cst.BaseExpression | None]] | None:
+    """`for a, b in zip(x, y)` -> [(a, x), (b, y)]; `for i, a in enumerate(x)` ->
+    [(i, None), (a, x)]; None for any other loop."""
+    if not (isinstance(target, cst.Tuple | cst.List) and isinstance(iterated, cst.Call)):
+        return None
+    if any(isinstance(e, cst.StarredElement) for e in target.elements) or any(
+            a.star or a.keyword is not None for a in iterated.args):
+        return None
+    targets = [e.value for e in target.elements]
+    name = dotted(iterated.func)
+    args = [a.value for a in iterated.args]
+    if name == "zip" and len(args) == len(targets):
+        return list(zip(targets, args, strict=True))
+    if name == "enumerate" and len(args) == 1 and len(targets) == 2:
+        return [(targets[0], None), (targets[1], args[0])]
+    return None
 
 
 def _elements(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
