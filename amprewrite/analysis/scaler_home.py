@@ -49,7 +49,7 @@ def find_scaler_home(
     functions = {site.function for site in uses}
     classes = {facts.function_class.get(f) for f in functions if f is not None}
     if None not in functions and len(classes) == 1 and None not in classes:
-        home = _attribute_home(facts, classes.pop(), optimizer_keys, name)  # type: ignore[arg-type]
+        home = attribute_home(facts, classes.pop(), optimizer_keys, name)  # type: ignore[arg-type]
         if home is not None:
             return home
     if len(functions) == 1:
@@ -59,9 +59,11 @@ def find_scaler_home(
     return ScalerHome(name, facts.module, global_index, "global")
 
 
-def _attribute_home(
+def attribute_home(
     facts: ModuleFacts, cls: cst.ClassDef, optimizer_keys: set[str | None], name: str
 ) -> ScalerHome | None:
+    """`self.<name>` in `cls.__init__`, right after the optimizer is assigned (or at its
+    end); None without an `__init__`."""
     init = next(
         (f for f in facts.functions if facts.function_class.get(f) is cls
          and f.name.value == "__init__"),

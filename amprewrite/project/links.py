@@ -9,7 +9,10 @@ steps, saves or restores that optimizer in another module:
 - a class whose `__init__` receives the optimizer gets the parameter on `__init__` and keeps
   the scaler as `self.scaler`; constructing it passes the scaler;
 - a caller that itself received the optimizer as a parameter receives the scaler the same
-  way (a chain of modules), else it creates the scaler, next to the optimizer.
+  way (a chain of modules), else it creates the scaler, next to the optimizer;
+- a subclass stepping the optimizer its base class (in another module) stores uses the
+  base's `self.scaler`, which the base creates in `__init__` next to the optimizer (before a
+  resume there restores it), and saves and restores with its checkpoints.
 
 Only what the engine will do is linked: the callee's scaler uses come from its own analysis,
 the same facts the rewrite acts on.
@@ -27,8 +30,7 @@ from amprewrite.analysis.facts import CallSite, ModuleFacts
 from amprewrite.analysis.kinds import Kind, KindTable, kind_from_name
 from amprewrite.analysis.names import FreshNames, receiver_key
 from amprewrite.analysis.scaler_home import SCALER_NAMES
-from amprewrite.project.layout import ModuleFinder
-from amprewrite.project.program import resolve_symbol
+from amprewrite.project.program import Program
 
 
 @dataclass(frozen=True)
@@ -52,19 +54,39 @@ class ScalerPass:
     callee_path: str  # its module's display path
 
 
+@dataclass(frozen=True)
+class BaseClassHome:
+    """A base class that creates the scaler its subclasses in other modules use."""
+
+    cls: cst.ClassDef
+    optimizers: frozenset[str]  # the attributes holding the optimizers (`self.optimizer`)
+
+
+@dataclass(frozen=True)
+class InheritedScaler:
+    """A class using the scaler its base class creates, in another module."""
+
+    cls: cst.ClassDef
+    expression: str  # `self.scaler`
+    base: str  # `BaseTrainer`
+    base_path: str  # its module's display path
+
+
 @dataclass
 class ModuleLinks:
     """What the project decided for one module."""
 
     parameters: list[ScalerParameter] = field(default_factory=list)
     passes: list[ScalerPass] = field(default_factory=list)
+    base_home: BaseClassHome | None = None
+    inherited: InheritedScaler | None = None
 
     @property
     def receives_in_class(self) -> bool:
         return any(p.function.name.value == "__init__" for p in self.parameters)
 
     def __bool__(self) -> bool:
-        return bool(self.parameters or self.passes)
+        return bool(self.parameters or self.passes or self.base_home or self.inherited)
 
 
 @dataclass
@@ -82,11 +104,11 @@ class LinkedModule:
         return FreshNames(set(self.analysis.facts.names)).fresh(SCALER_NAMES)
 
 
-def link_group(modules: list[LinkedModule], finder: ModuleFinder) -> None:
+def link_group(modules: list[LinkedModule], program: Program) -> None:
     """Fill in each module's links: receivers first, then the calls that reach them, until
     callers that receive their optimizer themselves are linked in turn."""
     by_path = {module.path: module for module in modules}
-    calls = {module.path: _project_calls(module, finder, by_path) for module in modules}
+    calls = {module.path: _project_calls(module, program, by_path) for module in modules}
     receivers: dict[tuple[Path, str], ScalerParameter] = {}
     passes: dict[int, tuple[LinkedModule, ScalerPass]] = {}
     for _ in range(len(modules) + 1):  # each round may link one more module of a chain
@@ -114,6 +136,57 @@ def link_group(modules: list[LinkedModule], finder: ModuleFinder) -> None:
         by_path[path].links.parameters.append(parameter)
     for module, scaler_pass in passes.values():
         module.links.passes.append(scaler_pass)
+    for module in modules:
+        if not module.links:
+            _link_to_base_class(module, program, by_path)
+
+
+def _link_to_base_class(
+    module: LinkedModule, program: Program, by_path: dict[Path, LinkedModule]
+) -> None:
+    """A class whose every scaler use steps an optimizer its base class (another module's)
+    stores: the base creates `self.scaler`, the subclass uses it."""
+    facts = module.analysis.facts
+    sites = _scaler_sites(module.analysis)
+    classes = {facts.function_class.get(s.function) for s, _ in sites if s.function}
+    if not sites or len(classes) != 1 or None in classes or any(s.function is None
+                                                                for s, _ in sites):
+        return
+    cls = classes.pop()
+    assert cls is not None
+    for base in cls.bases:
+        qualified = facts.imports.resolve_in_project(base.value)
+        target = program.resolve(module.path, qualified) if qualified else None
+        parent = by_path.get(target[0]) if target is not None else None
+        if target is None or parent is None or parent is module or parent.links:
+            continue
+        parent_facts = parent.analysis.facts
+        base_cls = next((c for c in parent_facts.classes if c.name.value == target[1]
+                         and c in parent_facts.module.body), None)
+        if base_cls is None:
+            continue
+        stored = _assigned_in_init(parent_facts, base_cls)
+        keys = {key for _, key in sites}
+        parent_sites = _scaler_sites(parent.analysis)
+        if None in keys or not keys <= stored or not all(
+                s.function is not None and parent_facts.function_class.get(s.function) is base_cls
+                for s, _ in parent_sites):
+            continue
+        name = parent.scaler_name
+        parent.links.base_home = BaseClassHome(base_cls, frozenset(k for k in keys if k))
+        module.links.inherited = InheritedScaler(cls, f"self.{name}", base_cls.name.value,
+                                                 parent.shown)
+        return
+
+
+def _assigned_in_init(facts: ModuleFacts, cls: cst.ClassDef) -> set[str | None]:
+    """The `self.` attributes `cls.__init__` assigns (none when its body is on the `def`
+    line: the scaler could not be created there)."""
+    return {key for binding in facts.bindings if binding.function is not None
+            and facts.function_class.get(binding.function) is cls
+            and binding.function.name.value == "__init__"
+            and isinstance(binding.function.body, cst.IndentedBlock)
+            for key in binding.keys if key.startswith("self.")}
 
 
 def _scaler_sites(analysis: ModuleAnalysis) -> list[tuple[CallSite, str | None]]:
@@ -239,14 +312,14 @@ def _stored_from_init(
 
 
 def _project_calls(
-    module: LinkedModule, finder: ModuleFinder, by_path: dict[Path, LinkedModule]
+    module: LinkedModule, program: Program, by_path: dict[Path, LinkedModule]
 ) -> list[tuple[CallSite, tuple[Path, str]]]:
     """Calls of functions and classes defined by other modules of the group."""
     facts = module.analysis.facts
     found = []
     for site in facts.calls:
         qualified = facts.imports.resolve_in_project(site.call.func)
-        target = None if qualified is None else resolve_symbol(finder, module.path, qualified)
+        target = None if qualified is None else program.resolve(module.path, qualified)
         if target is not None and target[0] in by_path and target[0] != module.path:
             found.append((site, target))
     return found

@@ -1,7 +1,9 @@
 """A cheap first look at a module (Python's own `ast`, no libcst): what it imports from the
-project, which project functions and classes it calls, which of its own may receive an
-optimizer from a caller, and which return one they build (factories). It only finds the
-candidates: `links` decides on libcst's analysis.
+project, which project functions and classes it calls or extends, which of its own may
+receive an optimizer from a caller, and which return one they build (factories). It only
+finds the candidates: `links` decides on libcst's analysis.
+
+Each module is walked once: every node of each top-level statement, imports resolved after.
 """
 
 from __future__ import annotations
@@ -26,9 +28,22 @@ class Outline:
 
     path: Path
     imported: set[Path] = field(default_factory=set)  # project modules it imports
-    calls: set[Symbol] = field(default_factory=set)  # project functions and classes it calls
+    # project functions and classes it calls, and the project classes its classes extend
+    calls: set[Symbol] = field(default_factory=set)
     receivers: set[str] = field(default_factory=set)  # its functions/classes taking an optimizer
     factories: set[str] = field(default_factory=set)  # its functions returning a new optimizer
+    defines: set[str] = field(default_factory=set)  # its top-level functions and classes
+    exports: dict[str, Symbol] = field(default_factory=dict)  # names it imports from the project
+
+
+@dataclass
+class _Statement:
+    """What one top-level statement holds, gathered in its one walk."""
+
+    calls: list[str] = field(default_factory=list)  # dotted names called or extended
+    uses: set[str] = field(default_factory=set)  # receivers of optimizer methods, names passed
+    returns: list[ast.expr | None] = field(default_factory=list)
+    assigned: dict[str, ast.expr] = field(default_factory=dict)  # `name = value`
 
 
 def outline(path: Path, source: bytes, finder: ModuleFinder) -> Outline | None:
@@ -40,96 +55,116 @@ def outline(path: Path, source: bytes, finder: ModuleFinder) -> Outline | None:
     except (SyntaxError, ValueError):
         return None
     result = Outline(path)
-    modules, symbols = _imports(tree, path, finder)
-    result.imported = set(modules.values()) | {file for file, _ in symbols.values()}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            target = _resolve(_dotted(node.func), modules, symbols)
+    imports: list[ast.Import | ast.ImportFrom] = []
+    gathered = [(top, _gather(top, imports)) for top in tree.body]
+    modules, result.exports = _imports(imports, path, finder)
+    result.imported = set(modules.values()) | {file for file, _ in result.exports.values()}
+    torch_names = _torch_aliases(imports)
+    for top, found in gathered:
+        for name in found.calls:
+            target = _resolve(name, modules, result.exports)
             if target is not None:
                 result.calls.add(target)
-    torch_names = _torch_aliases(tree)
-    for node in tree.body:
-        if _may_receive(node):
-            result.receivers.add(node.name)  # type: ignore[attr-defined]
-        if isinstance(node, ast.FunctionDef) and _returns_optimizer(node, torch_names):
-            result.factories.add(node.name)
+        if isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            result.defines.add(top.name)
+        if isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef):
+            if _parameters(top) & found.uses:
+                result.receivers.add(top.name)
+            if _returns_optimizer(found, torch_names):
+                result.factories.add(top.name)
+        elif isinstance(top, ast.ClassDef) and _class_takes_optimizer(top, found.uses):
+            result.receivers.add(top.name)
     return result
 
 
-def _torch_aliases(tree: ast.Module) -> dict[str, str]:
-    """Local names bound to torch and what they stand for (`optim` -> `torch.optim`)."""
-    aliases: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] == "torch":
-                    local = alias.asname or alias.name.split(".")[0]
-                    aliases[local] = alias.name if alias.asname else local
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
-            for alias in node.names:
-                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return aliases
-
-
-def _returns_optimizer(function: ast.FunctionDef, torch_names: dict[str, str]) -> bool:
-    """`return torch.optim.AdamW(...)`, or the return of a name such a call bound."""
-
-    def builds(value: ast.expr | None) -> bool:
-        if not isinstance(value, ast.Call):
-            return False
-        name = _dotted(value.func)
-        head, _, rest = (name or "").partition(".")
-        qualified = torch_names.get(head)
-        if qualified is None:
-            return False
-        return kind_of_constructor(f"{qualified}.{rest}" if rest else qualified) is Kind.OPTIMIZER
-
-    built = {target.id for node in ast.walk(function) if isinstance(node, ast.Assign)
-             and builds(node.value) for target in node.targets if isinstance(target, ast.Name)}
-    returns = [node.value for node in ast.walk(function) if isinstance(node, ast.Return)]
-    return bool(returns) and all(
-        builds(value) or (isinstance(value, ast.Name) and value.id in built)
-        for value in returns)
-
-
-def _may_receive(node: ast.stmt) -> bool:
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        return _takes_optimizer(node)
-    return isinstance(node, ast.ClassDef) and _class_takes_optimizer(node)
+def _gather(top: ast.stmt, imports: list[ast.Import | ast.ImportFrom]) -> _Statement:
+    found = _Statement()
+    for node in ast.walk(top):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name is not None:
+                found.calls.append(name)
+            if isinstance(node.func, ast.Attribute) and node.func.attr in _OPTIMIZER_METHODS:
+                receiver = _dotted(node.func.value)
+                if receiver is not None:
+                    found.uses.add(receiver)
+            values = [*node.args, *(k.value for k in node.keywords)]
+            found.uses.update(v.id for v in values if isinstance(v, ast.Name)
+                              and kind_from_name(v.id, (Kind.OPTIMIZER,)) is Kind.OPTIMIZER)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            imports.append(node)
+        elif isinstance(node, ast.ClassDef):  # a base class's module shares its attributes
+            found.calls.extend(name for name in map(_dotted, node.bases) if name is not None)
+        elif isinstance(node, ast.Return):
+            found.returns.append(node.value)
+        elif isinstance(node, ast.Assign):
+            found.assigned.update((t.id, node.value) for t in node.targets
+                                  if isinstance(t, ast.Name))
+    return found
 
 
 def _imports(
-    tree: ast.Module, path: Path, finder: ModuleFinder
+    imports: list[ast.Import | ast.ImportFrom], path: Path, finder: ModuleFinder
 ) -> tuple[dict[str, Path], dict[str, Symbol]]:
     """Local dotted names bound to project modules, and local names bound to their symbols."""
     modules: dict[str, Path] = {}
     symbols: dict[str, Symbol] = {}
-    for node in ast.walk(tree):
+    for node in imports:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 file = finder.find(path, alias.name)
                 if file is not None:
                     modules[alias.asname or alias.name] = file
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            for alias in node.names:
-                local = alias.asname or alias.name
-                submodule = finder.find(path, f"{module}.{alias.name}" if module else alias.name,
-                                        node.level)
-                if submodule is not None:
-                    modules[local] = submodule
-                    continue
-                file = finder.find(path, module, node.level)
-                if file is not None and alias.name != "*":
-                    symbols[local] = (file, alias.name)
+            continue
+        module = node.module or ""
+        for alias in node.names:
+            local = alias.asname or alias.name
+            submodule = finder.find(path, f"{module}.{alias.name}" if module else alias.name,
+                                    node.level)
+            if submodule is not None:
+                modules[local] = submodule
+                continue
+            file = finder.find(path, module, node.level)
+            if file is not None and alias.name != "*":
+                symbols[local] = (file, alias.name)
     return modules, symbols
 
 
+def _torch_aliases(imports: list[ast.Import | ast.ImportFrom]) -> dict[str, str]:
+    """Local names bound to torch and what they stand for (`optim` -> `torch.optim`)."""
+    aliases: dict[str, str] = {}
+    for node in imports:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "torch":
+                    local = alias.asname or alias.name.split(".")[0]
+                    aliases[local] = alias.name if alias.asname else local
+        elif (node.module or "").split(".")[0] == "torch" and not node.level:
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return aliases
+
+
+def _returns_optimizer(found: _Statement, torch_names: dict[str, str]) -> bool:
+    """Every `return` gives back `torch.optim.AdamW(...)`, or a name such a call bound."""
+
+    def builds(value: ast.expr | None) -> bool:
+        if not isinstance(value, ast.Call):
+            return False
+        head, _, rest = (_dotted(value.func) or "").partition(".")
+        qualified = torch_names.get(head)
+        if qualified is None:
+            return False
+        return kind_of_constructor(f"{qualified}.{rest}" if rest else qualified) is Kind.OPTIMIZER
+
+    return bool(found.returns) and all(
+        builds(value) or (isinstance(value, ast.Name) and builds(found.assigned.get(value.id)))
+        for value in found.returns)
+
+
 def _resolve(
-    name: str | None, modules: dict[str, Path], symbols: dict[str, Symbol]
+    name: str, modules: dict[str, Path], symbols: dict[str, Symbol]
 ) -> Symbol | None:
-    if name is None:
-        return None
     if name in symbols:
         return symbols[name]
     prefix, _, attribute = name.rpartition(".")
@@ -152,28 +187,7 @@ def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     return {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
 
 
-def _optimizer_uses(node: ast.AST) -> set[str]:
-    """Dotted receivers of `.step()`, `.zero_grad()`, `.state_dict()`, `.load_state_dict()`,
-    and names an optimizer's name is passed on to calls with."""
-    used: set[str] = set()
-    for call in ast.walk(node):
-        if not isinstance(call, ast.Call):
-            continue
-        if isinstance(call.func, ast.Attribute) and call.func.attr in _OPTIMIZER_METHODS:
-            receiver = _dotted(call.func.value)
-            if receiver is not None:
-                used.add(receiver)
-        values = [*call.args, *(k.value for k in call.keywords)]
-        used.update(v.id for v in values if isinstance(v, ast.Name)
-                    and kind_from_name(v.id, (Kind.OPTIMIZER,)) is Kind.OPTIMIZER)
-    return used
-
-
-def _takes_optimizer(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return bool(_parameters(function) & _optimizer_uses(function))
-
-
-def _class_takes_optimizer(cls: ast.ClassDef) -> bool:
+def _class_takes_optimizer(cls: ast.ClassDef, uses: set[str]) -> bool:
     """An `__init__` parameter stored on `self` that a method steps, saves or restores."""
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef)
                  and n.name == "__init__"), None)
@@ -181,7 +195,7 @@ def _class_takes_optimizer(cls: ast.ClassDef) -> bool:
         return False
     parameters = _parameters(init)
     stored = {f"self.{target.attr}"
-              for statement in ast.walk(init) if isinstance(statement, ast.Assign)
+              for statement in init.body if isinstance(statement, ast.Assign)
               and isinstance(statement.value, ast.Name) and statement.value.id in parameters
               for target in statement.targets if isinstance(target, ast.Attribute)}
-    return bool(stored & _optimizer_uses(cls))
+    return bool(stored & uses)

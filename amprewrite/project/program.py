@@ -19,10 +19,12 @@ from amprewrite.analysis.kinds import Kind
 from amprewrite.discovery import skipped
 from amprewrite.fileio import read_source
 from amprewrite.project.layout import ModuleFinder, project_root
-from amprewrite.project.outline import Outline, outline
+from amprewrite.project.outline import Outline, Symbol, outline
 
-# A module mentioning neither torch nor an optimizer cannot step, save or pass one on.
-_MAY_LINK = re.compile(rb"torch|optim")
+# A module that mentions no optimizer, no `.step(`, `zero_grad` or `state_dict` can neither
+# step, save nor pass one on; a package's `__init__.py` is looked at all the same (it may
+# re-export the classes and functions that do).
+_MAY_LINK = re.compile(rb"optim|\.step\(|zero_grad|state_dict")
 _IMPORTERS_SEARCHED = 2000  # files at most walked past looking for importers of named ones
 
 
@@ -37,12 +39,28 @@ class Program:
     groups: list[list[Path]]  # modules linked by calls that may pass an optimizer
     outlines: dict[Path, Outline]  # of the modules read that may step or pass an optimizer
 
+    def resolve(self, importer: Path, qualified: str) -> Symbol | None:
+        """The project file and name a qualified name from `importer`'s imports stands for
+        (`.engine.train` -> engine.py, `train`), through packages that re-export it, or None
+        outside the project."""
+        level = len(qualified) - len(qualified.lstrip("."))
+        target, _, symbol = qualified[level:].rpartition(".")
+        if not symbol or not (target or level):
+            return None
+        file = self.finder.find(importer, target, level)
+        return None if file is None else self.defining(file, symbol)
+
+    def defining(self, file: Path, symbol: str) -> Symbol:
+        """Where `symbol`, as `file` offers it, is defined: `from .trainer import Trainer` in
+        a package's `__init__.py` leads to `trainer.py` (a few re-exports deep at most)."""
+        return _defining(self.outlines, file, symbol)
+
     def kinds_for(self, importer: Path) -> Callable[[str], Kind | None]:
         """What the project functions `importer` calls return, by the qualified name it
         calls them by (an optimizer for a factory like `make_solver(cfg, model)`)."""
 
         def kind(qualified: str) -> Kind | None:
-            target = resolve_symbol(self.finder, importer, qualified)
+            target = self.resolve(importer, qualified)
             if target is None or target[0] not in self.outlines:
                 return None
             return Kind.OPTIMIZER if target[1] in self.outlines[target[0]].factories else None
@@ -50,15 +68,16 @@ class Program:
         return kind
 
 
-def resolve_symbol(finder: ModuleFinder, importer: Path, qualified: str) -> tuple[Path, str] | None:
-    """The project file and name a qualified name from `importer`'s imports stands for
-    (`.engine.train` -> engine.py, `train`), or None outside the project."""
-    level = len(qualified) - len(qualified.lstrip("."))
-    target, _, symbol = qualified[level:].rpartition(".")
-    if not symbol or not (target or level):
-        return None
-    file = finder.find(importer, target, level)
-    return None if file is None else (file, symbol)
+_REEXPORTS_FOLLOWED = 4
+
+
+def _defining(outlines: dict[Path, Outline], file: Path, symbol: str) -> Symbol:
+    for _ in range(_REEXPORTS_FOLLOWED):
+        offered = outlines.get(file)
+        if offered is None or symbol in offered.defines or symbol not in offered.exports:
+            break
+        file, symbol = offered.exports[symbol]
+    return file, symbol
 
 
 def load_program(named: dict[Path, str]) -> Program:
@@ -76,7 +95,8 @@ def load_program(named: dict[Path, str]) -> Program:
             sources[path] = source = read_source(path)
         except OSError:
             continue  # a named file's own read error is reported by its single-file run
-        found = outline(path, source, finder) if _MAY_LINK.search(source) else None
+        looked_at = path.name == "__init__.py" or _MAY_LINK.search(source)
+        found = outline(path, source, finder) if looked_at else None
         if found is not None:
             outlines[path] = found
             pending.extend(p for p in found.imported if p not in sources)
@@ -141,7 +161,8 @@ def _groups(outlines: dict[Path, Outline], named: set[Path]) -> list[list[Path]]
         return path
 
     for caller in outlines.values():
-        for file, symbol in caller.calls:
+        for called in caller.calls:
+            file, symbol = _defining(outlines, *called)
             callee = outlines.get(file)
             if callee is not None and symbol in callee.receivers and file != caller.path:
                 parent[find(caller.path)] = find(file)

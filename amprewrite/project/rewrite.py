@@ -77,7 +77,7 @@ def _rewrite_group(
         if choose(analysis, options).name not in _LINKABLE:
             return None
         modules.append(LinkedModule(path, program.shown[path], analysis))
-    link_group(modules, program.finder)
+    link_group(modules, program)
     linked = [m for m in modules if m.links]
     if not linked:
         return None

@@ -18,7 +18,7 @@ import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.names import FreshNames, receiver_key
-from amprewrite.analysis.scaler_home import SCALER_NAMES, find_scaler_home
+from amprewrite.analysis.scaler_home import SCALER_NAMES, attribute_home, find_scaler_home
 from amprewrite.options import Options
 from amprewrite.recipes import Recipe
 from amprewrite.rules import (
@@ -48,10 +48,11 @@ from amprewrite.transform import Insert
 def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     if options.dtype is None and analysis.amp_in_training.dtype is not None:
         options = replace(options, dtype=analysis.amp_in_training.dtype)  # the author's choice
-    facts, training = analysis.facts, analysis.training
+    facts, training, links = analysis.facts, analysis.training, analysis.links
+    unscaled = options.plain and options.dtype == "bfloat16"  # torch.amp: bfloat16 needs none
+    scaling = (training.found or bool(links)) and not unscaled
     needs = Needs(
-        scaler=(training.found or bool(analysis.links))
-        and not (options.plain and options.dtype == "bfloat16"),
+        scaler=scaling and not (links and links.inherited),  # a base class builds that one
         autocast=any(split.autocasts for split in regions.splits(analysis))
         and not analysis.escapes.stuck,
         custom_functions=bool(analysis.custom_functions),
@@ -65,7 +66,7 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     if not analysis.escapes.stuck:
         autocast.decide_hoisted_losses(ctx, [r for s in regions.splits(analysis)
                                              for r in s.regions])
-    if needs.scaler:
+    if scaling:
         _decide_scaler(ctx, analysis)
     return ctx
 
@@ -78,7 +79,16 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
     name = ctx.names.fresh(SCALER_NAMES)
     links = analysis.links
-    if links:  # part of a project: the scaler may arrive as a parameter, or be passed on
+    if links and links.inherited is not None:  # a base class in another module creates it
+        ctx.scaler_expr = links.inherited.expression
+        uses = []
+    elif links and links.base_home is not None:  # ... this one, for its subclasses
+        home = attribute_home(ctx.facts, links.base_home.cls, set(links.base_home.optimizers),
+                              name)
+        uses = []
+        if home is not None:  # `links` saw to it: the base class has an `__init__` block
+            ctx.scaler_home, ctx.scaler_expr = home, home.expression
+    elif links:  # part of a project: the scaler may arrive as a parameter, or be passed on
         uses += [p.site for p in links.passes]
         optimizers |= {key for p in links.passes for key in p.optimizers}
         if not links.receives_in_class:

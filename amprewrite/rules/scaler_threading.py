@@ -34,6 +34,14 @@ SCALER_PASSED = declare(
 )
 
 
+SCALER_INHERITED = declare(
+    "AMP125", CHANGE, "grad scaler created by a base class in another module",
+    "A class stepping the optimizer its base class stores uses the base's `self.scaler`, "
+    "created in the base's `__init__` next to the optimizer (before a resume there), and "
+    "saved and restored with the base's checkpoints.",
+)
+
+
 def receive_scaler(ctx: RuleContext, parameter: ScalerParameter, in_class: bool) -> None:
     """`def f(..., scaler=None):` and, for a function, `scaler = scaler or GradScaler()`
     first in its body (a class's `__init__` creates `self.scaler` that way instead)."""
@@ -121,6 +129,11 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     links = analysis.links
     if not links or ctx.scaler_expr is None:
         return
+    if links.inherited is not None:
+        inherited = links.inherited
+        ctx.notes.append(Note(SCALER_INHERITED, inherited.cls.name, f"`{inherited.cls.name.value}`"
+                              f" uses `{inherited.expression}`, created by its base class "
+                              f"`{inherited.base}` ({inherited.base_path})"))
     for parameter in links.parameters:
         receive_scaler(ctx, parameter, links.receives_in_class)
     for scaler_pass in links.passes:
@@ -131,6 +144,6 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
                               "the optimizer it is given"))
 
 
-RULE = rule("scaler-threading", (SCALER_PARAMETER, SCALER_PASSED), _plan,
+RULE = rule("scaler-threading", (SCALER_PARAMETER, SCALER_PASSED, SCALER_INHERITED), _plan,
             projects=("engine_function", "helper_module_checkpoints",
-                      "trainer_receives_optimizer", "package_chain"))
+                      "trainer_receives_optimizer", "package_chain", "base_class_checkpoints"))
