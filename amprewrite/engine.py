@@ -26,7 +26,7 @@ from amprewrite.rules.context import RuleContext
 from amprewrite.transform import apply_edits
 
 # A file that mentions none of these cannot hold a training step amprewrite would rewrite.
-_MAY_TRAIN = re.compile(rb"torch|backward|lightning|accelerate|apex|determined|enchanter|ray")
+_MAY_TRAIN = re.compile(rb"torch|backward|lightning|accelerate|apex|determined|enchanter|\bray\b")
 
 
 @dataclass

@@ -111,8 +111,11 @@ def test_an_edit_needed_in_an_unnamed_file_changes_nothing(tmp_path: Path) -> No
     """pre-commit names only the staged files: main.py alone must not be half rewritten."""
     work = _copy("engine_function", tmp_path)
     before = _tree(work)
+    code, output = _run(work, "--check", "-q", "main.py")
+    assert code == 123, output  # the check hook fails, and says why even with -q
+    assert _tree(work) == before
     code, output = _run(work, "main.py")
-    assert code == 0, output
+    assert code == 123, output
     assert _tree(work) == before
     [finding] = [line for line in _findings(output) if "AMP450" in line]
     assert finding.startswith("main.py:1:1: AMP450")
@@ -125,7 +128,7 @@ def test_a_named_callee_whose_caller_was_not_named_changes_nothing(tmp_path: Pat
     work = _copy("engine_function", tmp_path)
     before = _tree(work)
     code, output = _run(work, "engine.py", "util/misc.py")
-    assert code == 0, output
+    assert code == 123, output
     assert _tree(work) == before
     assert _findings(output) == [
         "engine.py:1:1: AMP450 the training step continues in main.py, which was not named: "

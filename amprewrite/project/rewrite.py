@@ -13,7 +13,7 @@ from pathlib import Path
 
 from amprewrite import engine
 from amprewrite.analysis import ModuleAnalysis
-from amprewrite.catalog import ERROR, SKIP, declare
+from amprewrite.catalog import ERROR, declare
 from amprewrite.fileio import write_atomically
 from amprewrite.findings import Finding
 from amprewrite.options import Options
@@ -23,10 +23,11 @@ from amprewrite.recipes import choose
 from amprewrite.runner import FileOutcome, Status, rewrite_failure, write_failure
 
 NEEDS_UNNAMED_FILE = declare(
-    "AMP450", SKIP, "the training step continues in a file that was not named",
+    "AMP450", ERROR, "the training step continues in a file that was not named",
     "The rewrite would thread the grad scaler into (or out of) a project module that is not "
     "among the files given, so nothing was changed: run amprewrite on both files, or on the "
-    "directory (pre-commit passes only the staged files).",
+    "directory. It fails the run (and the pre-commit hooks, which pass only the staged "
+    "files) rather than leave a training step half rewritten.",
 )
 
 LINKED_FILE_FAILED = declare(
@@ -110,7 +111,7 @@ def _needs_unnamed(program: Program, module: LinkedModule, unnamed: list[str]) -
     finding = Finding(NEEDS_UNNAMED_FILE, 1, 1, f"the training step continues in {others}, "
                       f"which was not named: nothing changed; run amprewrite on "
                       f"{module.shown} and {others} together (or on the directory)")
-    return FileOutcome(module.shown, Status.UNCHANGED, [finding], source, source)
+    return FileOutcome(module.shown, Status.FAILED, [finding], source, source)
 
 
 def _blocked_by(
