@@ -135,7 +135,7 @@ def main(
     [include] = _patterns(settings["include"] or DEFAULT_INCLUDE)
     found = find_targets([Path(path) for path in paths if path != STDIN], excludes,
                          root if settings["force_exclude"] else None, include)
-    linked, alone = _projects(found.targets, options, write)
+    linked, alone = _projects(found.targets, options, write, jobs)
     outcomes.extend(linked)
     outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
     codes = _codes(settings["select"]), _codes(settings["ignore"])
@@ -157,7 +157,7 @@ def main(
 
 
 def _projects(
-    targets: list[Target], options: Options, write: bool
+    targets: list[Target], options: Options, write: bool, jobs: int | None
 ) -> tuple[list[FileOutcome], list[Target]]:
     """The outcomes of the files whose training step spans several modules (rewritten
     together), and the targets left to rewrite one by one."""
@@ -167,7 +167,7 @@ def _projects(
     from amprewrite.project.rewrite import rewrite_project  # only runs that name Python files
 
     outcomes, handled = rewrite_project({p: str(t.path) for p, t in sources.items()},
-                                        options, write)
+                                        options, write, jobs)
     explicit = {str(t.path): t.explicit for t in targets}
     for outcome in outcomes:
         outcome.explicit = explicit.get(outcome.path, True)

@@ -26,7 +26,7 @@ from amprewrite.rules.context import RuleContext
 from amprewrite.transform import apply_edits
 
 # A file that mentions none of these cannot hold a training step amprewrite would rewrite.
-_MAY_TRAIN = re.compile(rb"torch|backward|lightning|accelerate|apex|determined|enchanter|\bray\b")
+MAY_TRAIN = re.compile(rb"torch|backward|lightning|accelerate|apex|determined|enchanter|\bray\b")
 
 
 @dataclass
@@ -61,7 +61,7 @@ def _rewrite(source: bytes, options: Options) -> RewriteResult:
     if problem is not None:
         raise ValueError(problem)
     _check_decodes(source)
-    if not _MAY_TRAIN.search(source):  # most files of a repository: no need to parse them
+    if not MAY_TRAIN.search(source):  # most files of a repository: no need to parse them
         message = "no torch, backward or training framework in this file; skipped"
         return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)])
     return _run(_parse(source), source, options, None)

@@ -281,3 +281,19 @@ def test_a_call_that_passes_no_optimizer_passes_no_scaler(tmp_path: Path) -> Non
     code, output = _run(tmp_path, ".")
     assert code == 0, output
     assert _tree(tmp_path) == before
+
+
+def test_many_named_files_are_outlined_in_processes_with_the_same_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amprewrite.project import program
+
+    work = _copy("package_chain", tmp_path)
+    named = {p.resolve(): str(p) for p in sorted(work.rglob("*.py"))}
+    alone = program.load_program(named, jobs=1)
+    monkeypatch.setattr(program, "_PARALLEL_FROM", 1)
+    pooled = program.load_program(named, jobs=2)
+    assert pooled.groups == alone.groups == [sorted(
+        (work / name).resolve() for name in
+        ("train.py", "pkg/loops.py", "pkg/engine.py", "pkg/checkpointing.py"))]
+    assert pooled.outlines == alone.outlines

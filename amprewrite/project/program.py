@@ -9,6 +9,7 @@ files) is not rewritten as if it stood alone.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -80,23 +81,29 @@ def _defining(outlines: dict[Path, Outline], file: Path, symbol: str) -> Symbol:
     return file, symbol
 
 
-def load_program(named: dict[Path, str]) -> Program:
-    """The program of the named Python files (resolved path -> path as given)."""
+def load_program(named: dict[Path, str], jobs: int | None = None) -> Program:
+    """The program of the named Python files (resolved path -> path as given); many named
+    files are outlined by `jobs` processes (default: all cores)."""
     root = project_root(list(named))
     finder = ModuleFinder(root)
     sources: dict[Path, bytes] = {}
-    outlines: dict[Path, Outline] = {}
-    pending = list(named)
-    while pending:
+    for path in named:
+        try:
+            sources[path] = read_source(path)
+        except OSError:
+            continue  # a named file's own read error is reported by its single-file run
+    candidates = [path for path, source in sources.items() if _looked_at(path, source)]
+    outlines = _outline_many(candidates, sources, finder, jobs)
+    pending = [path for found in outlines.values() for path in found.imported]
+    while pending:  # the project modules the named files import, and theirs
         path = pending.pop()
         if path in sources:
             continue
         try:
             sources[path] = source = read_source(path)
         except OSError:
-            continue  # a named file's own read error is reported by its single-file run
-        looked_at = path.name == "__init__.py" or _MAY_LINK.search(source)
-        found = outline(path, source, finder) if looked_at else None
+            continue
+        found = outline(path, source, finder) if _looked_at(path, source) else None
         if found is not None:
             outlines[path] = found
             pending.extend(p for p in found.imported if p not in sources)
@@ -108,6 +115,44 @@ def load_program(named: dict[Path, str]) -> Program:
             outlines[path] = found
     shown = {path: named.get(path) or _shown(path) for path in sources}
     return Program(root, finder, sources, shown, _groups(outlines, set(named)), outlines)
+
+
+def _looked_at(path: Path, source: bytes) -> bool:
+    return path.name == "__init__.py" or bool(_MAY_LINK.search(source))
+
+
+_PARALLEL_FROM = 64  # modules to outline before a process pool pays for its start
+
+
+def _outline_many(
+    paths: list[Path], sources: dict[Path, bytes], finder: ModuleFinder, jobs: int | None
+) -> dict[Path, Outline]:
+    """The outlines of `paths` (those that parse), in processes when there are many."""
+    workers = min(jobs or os.cpu_count() or 1, len(paths))
+    if workers <= 1 or len(paths) < _PARALLEL_FROM:
+        found = {path: outline(path, sources[path], finder) for path in paths}
+    else:
+        from concurrent.futures import ProcessPoolExecutor  # only a run naming many files
+
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            done = pool.map(_outline_file, [(finder.root, path) for path in paths],
+                            chunksize=max(1, len(paths) // (workers * 8)))
+            found = dict(zip(paths, done, strict=True))
+    return {path: result for path, result in found.items() if result is not None}
+
+
+def _outline_file(job: tuple[Path, Path]) -> Outline | None:
+    """A worker's outline of one file (read again there: cheaper than sending its bytes)."""
+    root, path = job
+    try:
+        return outline(path, read_source(path), _finder(root))
+    except OSError:
+        return None
+
+
+@functools.cache
+def _finder(root: Path) -> ModuleFinder:
+    return ModuleFinder(root)
 
 
 def _possible_importers(

@@ -47,11 +47,12 @@ def links_projects(options: Options) -> bool:
 
 
 def rewrite_project(
-    named: dict[Path, str], options: Options, write: bool
+    named: dict[Path, str], options: Options, write: bool, jobs: int | None = None
 ) -> tuple[list[FileOutcome], set[Path]]:
     """Outcomes of the named files that belong to a group of linked modules, and those
-    files; the others are left to the single-file path."""
-    program = load_program(named)
+    files; the others are left to the single-file path. `jobs`: processes for outlining
+    many files (default: all cores)."""
+    program = load_program(named, jobs)
     outcomes: list[FileOutcome] = []
     handled: set[Path] = set()
     for group in program.groups:
