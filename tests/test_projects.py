@@ -297,3 +297,16 @@ def test_many_named_files_are_outlined_in_processes_with_the_same_result(
         (work / name).resolve() for name in
         ("train.py", "pkg/loops.py", "pkg/engine.py", "pkg/checkpointing.py"))]
     assert pooled.outlines == alone.outlines
+
+
+def test_a_package_module_imports_from_where_the_scripts_run(tmp_path: Path) -> None:
+    """`trainer/trainer.py` says `from base import BaseTrainer`: Python finds `base` next to
+    the script run from the named directory, wherever the project root is."""
+    (tmp_path / ".git").mkdir()
+    work = tmp_path / "experiments" / "template"
+    shutil.copytree(PROJECTS / "base_class_checkpoints" / "input", work)
+    code, output = _run(work, ".")
+    assert code == 1, output
+    assert "AMP125" in output
+    expected = _tree(PROJECTS / "base_class_checkpoints" / "expected_O1")
+    assert _tree(work) == expected

@@ -3,7 +3,8 @@
 The project root is the nearest directory above the named files holding `pyproject.toml`,
 `setup.py`, `setup.cfg` or `.git`, else their common directory. A module `a.b` resolves to
 `a/b.py` or `a/b/__init__.py` under the importing file's own directory (a script's
-`sys.path[0]`), the root, or the root's `src/`: the first that exists, inside the root.
+`sys.path[0]`), the named files' common directory (where the scripts that import a package's
+modules run from), the root, or the root's `src/`: the first that exists, inside the root.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from pathlib import Path
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
 
+def common_directory(paths: list[Path]) -> Path:
+    """The deepest directory holding every one of the (resolved, existing) `paths`."""
+    common = Path(os.path.commonpath([str(p) for p in paths]))
+    return common if common.is_dir() else common.parent
+
+
 def project_root(paths: list[Path]) -> Path:
     """The root of the project the (resolved, existing) `paths` belong to."""
-    common = Path(os.path.commonpath([str(p) for p in paths]))
-    start = common if common.is_dir() else common.parent
+    start = common_directory(paths)
     for candidate in (start, *start.parents):
         if any((candidate / marker).exists() for marker in _ROOT_MARKERS):
             return candidate
@@ -28,12 +34,16 @@ class ModuleFinder:
     """Resolves imported module names to files of one project (memoised: a repository's
     files import the same few modules)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, scope: Path | None = None) -> None:
         self.root = root
+        self.scope = scope or root  # the named files' common directory
         self._found: dict[tuple[Path, str], Path | None] = {}
 
     def bases(self, importer: Path) -> tuple[Path, ...]:
-        """Where an absolute import from `importer` is looked for, in order."""
+        """Where an absolute import from `importer` is looked for, in order (the named
+        files' directory only for the files under it)."""
+        if importer.is_relative_to(self.scope):
+            return (importer.parent, self.scope, self.root, self.root / "src")
         return (importer.parent, self.root, self.root / "src")
 
     def find(self, importer: Path, module: str, level: int = 0) -> Path | None:

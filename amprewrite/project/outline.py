@@ -34,6 +34,7 @@ class Outline:
     factories: set[str] = field(default_factory=set)  # its functions returning a new optimizer
     defines: set[str] = field(default_factory=set)  # its top-level functions and classes
     exports: dict[str, Symbol] = field(default_factory=dict)  # names it imports from the project
+    star_exports: list[Path] = field(default_factory=list)  # `from .module import *`, in order
 
 
 @dataclass
@@ -57,8 +58,9 @@ def outline(path: Path, source: bytes, finder: ModuleFinder) -> Outline | None:
     result = Outline(path)
     imports: list[ast.Import | ast.ImportFrom] = []
     gathered = [(top, _gather(top, imports)) for top in tree.body]
-    modules, result.exports = _imports(imports, path, finder)
-    result.imported = set(modules.values()) | {file for file, _ in result.exports.values()}
+    modules, result.exports, result.star_exports = _imports(imports, path, finder)
+    result.imported = ({*modules.values(), *result.star_exports}
+                       | {file for file, _ in result.exports.values()})
     torch_names = _torch_aliases(imports)
     for top, found in gathered:
         for name in found.calls:
@@ -105,10 +107,12 @@ def _gather(top: ast.stmt, imports: list[ast.Import | ast.ImportFrom]) -> _State
 
 def _imports(
     imports: list[ast.Import | ast.ImportFrom], path: Path, finder: ModuleFinder
-) -> tuple[dict[str, Path], dict[str, Symbol]]:
-    """Local dotted names bound to project modules, and local names bound to their symbols."""
+) -> tuple[dict[str, Path], dict[str, Symbol], list[Path]]:
+    """Local dotted names bound to project modules, local names bound to their symbols, and
+    the project modules imported with `*`."""
     modules: dict[str, Path] = {}
     symbols: dict[str, Symbol] = {}
+    stars: list[Path] = []
     for node in imports:
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -125,9 +129,11 @@ def _imports(
                 modules[local] = submodule
                 continue
             file = finder.find(path, module, node.level)
-            if file is not None and alias.name != "*":
+            if file is not None and alias.name == "*":
+                stars.append(file)
+            elif file is not None:
                 symbols[local] = (file, alias.name)
-    return modules, symbols
+    return modules, symbols, stars
 
 
 def _torch_aliases(imports: list[ast.Import | ast.ImportFrom]) -> dict[str, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from amprewrite.analysis.kinds import Kind
 from amprewrite.discovery import skipped
 from amprewrite.fileio import read_source
-from amprewrite.project.layout import ModuleFinder, project_root
+from amprewrite.project.layout import ModuleFinder, common_directory, project_root
 from amprewrite.project.outline import Outline, Symbol, outline
 
 # A module that mentions no optimizer, no `.step(`, `zero_grad` or `state_dict` can neither
@@ -75,9 +75,16 @@ _REEXPORTS_FOLLOWED = 4
 def _defining(outlines: dict[Path, Outline], file: Path, symbol: str) -> Symbol:
     for _ in range(_REEXPORTS_FOLLOWED):
         offered = outlines.get(file)
-        if offered is None or symbol in offered.defines or symbol not in offered.exports:
+        if offered is None or symbol in offered.defines:
             break
-        file, symbol = offered.exports[symbol]
+        if symbol in offered.exports:
+            file, symbol = offered.exports[symbol]
+            continue
+        starred = [f for f in offered.star_exports if f in outlines
+                   and symbol in outlines[f].defines | set(outlines[f].exports)]
+        if not starred:
+            break
+        file = starred[-1]  # the last `import *` that binds it wins, as in Python
     return file, symbol
 
 
@@ -85,7 +92,7 @@ def load_program(named: dict[Path, str], jobs: int | None = None) -> Program:
     """The program of the named Python files (resolved path -> path as given); many named
     files are outlined by `jobs` processes (default: all cores)."""
     root = project_root(list(named))
-    finder = ModuleFinder(root)
+    finder = ModuleFinder(root, common_directory(list(named)))
     sources: dict[Path, bytes] = {}
     for path in named:
         try:
@@ -135,24 +142,24 @@ def _outline_many(
         from concurrent.futures import ProcessPoolExecutor  # only a run naming many files
 
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            done = pool.map(_outline_file, [(finder.root, path) for path in paths],
+            done = pool.map(_outline_file, [(finder.root, finder.scope, path) for path in paths],
                             chunksize=max(1, len(paths) // (workers * 8)))
             found = dict(zip(paths, done, strict=True))
     return {path: result for path, result in found.items() if result is not None}
 
 
-def _outline_file(job: tuple[Path, Path]) -> Outline | None:
+def _outline_file(job: tuple[Path, Path, Path]) -> Outline | None:
     """A worker's outline of one file (read again there: cheaper than sending its bytes)."""
-    root, path = job
+    root, scope, path = job
     try:
-        return outline(path, read_source(path), _finder(root))
+        return outline(path, read_source(path), _finder(root, scope))
     except OSError:
         return None
 
 
 @functools.cache
-def _finder(root: Path) -> ModuleFinder:
-    return ModuleFinder(root)
+def _finder(root: Path, scope: Path) -> ModuleFinder:
+    return ModuleFinder(root, scope)
 
 
 def _possible_importers(
