@@ -84,6 +84,38 @@ def test_project_rewrite_is_idempotent(case: str, style: str, tmp_path: Path) ->
     assert _tree(work) == before
 
 
+# What O0 keeps of a project rewrite: correct FP32 code it cannot tell from the author's.
+KEPT_BY_REVERT = {
+    ("package_chain", "O1_plain"): "import torch\n",  # the plain style's own import
+    ("trainer_receives_optimizer", "O2"): 'group["params"]',  # master weights' parameters
+    ("factory_returns_optimizer", "O1"): "loss = F.cross_entropy(",  # the hoisted loss
+}
+
+
+@pytest.mark.parametrize(("case", "style"), TREES, ids=[f"{c}-{s}" for c, s in TREES])
+def test_o0_turns_a_project_rewrite_back_into_its_fp32_original(
+    case: str, style: str, tmp_path: Path
+) -> None:
+    """Parameters, keyword arguments, `scaler or GradScaler()` lines, inherited scalers:
+    everything the project rewrite added comes out again."""
+    work = tmp_path / case
+    shutil.copytree(PROJECTS / case / f"expected_{style}", work)
+    (work / "setup.py").write_text("")
+    code, output = _run(work, "--opt-level", "O0", ".")
+    assert code in (0, 1), output
+    reverted = {k: v for k, v in _tree(work).items() if k != "setup.py"}
+    original = _tree(PROJECTS / case / "input")
+    kept = KEPT_BY_REVERT.get((case, style))
+    if kept is None:
+        assert reverted == original
+        return
+    assert reverted != original
+    assert any(kept.encode() in text for text in reverted.values())
+    for name, text in reverted.items():
+        assert b"GradScaler" not in text and b"autocast" not in text and b"scaler" not in text
+        compile(text, name, "exec")
+
+
 def test_check_and_diff_show_every_file_the_project_rewrite_touches(tmp_path: Path) -> None:
     work = _copy("engine_function", tmp_path)
     before = _tree(work)

@@ -1,7 +1,10 @@
 """The AMP code of a script rewritten by amprewrite (runtime or plain style), for O0's revert.
 
 Everything is recognised through the scaler: names bound to a `GradScaler(...)` built from
-amprewrite's runtime, `torch.amp`/`torch.cuda.amp` or FSDP's `ShardedGradScaler`.
+amprewrite's runtime, `torch.amp`/`torch.cuda.amp` or FSDP's `ShardedGradScaler`; in a
+project, also a scaler received as a parameter (`scaler = scaler or GradScaler()`, and the
+parameter itself) and `self.scaler` created by a base class in another module (known by its
+name and by `self.scaler.scale(loss).backward()`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from amprewrite.analysis.names import dotted
 from amprewrite.analysis.tree import descendants
 
 _SCALER_CLASSES = ("GradScaler", "ShardedGradScaler")
+# The keyword a scaler is passed by (`train_one_epoch(..., scaler=scaler)`): the names the
+# rewrite gives it.
+_SCALER_KEYWORDS = re.compile(r"scaler(_\d+)?|grad_scaler|amp_scaler")
 _AUTOCASTS = frozenset({"amprewrite_runtime.autocast", "torch.autocast", "torch.amp.autocast",
                         "torch.cuda.amp.autocast", "torch.cpu.amp.autocast"})
 _DECORATORS = ("custom_fwd", "custom_bwd")
@@ -38,10 +44,15 @@ class AmpUsage:
     entries: list[tuple[cst.Dict | cst.Call, cst.DictElement | cst.Arg]] = field(
         default_factory=list)
     decorators: list[cst.Decorator] = field(default_factory=list)
-    master_params: dict[int, str] = field(default_factory=dict)  # id(call) -> model expression
+    # id(`scaler.master_params(opt)`) -> what O0 puts back: `model.parameters()`, or the
+    # optimizer's own parameters when the model it was initialized with is elsewhere
+    master_params: dict[int, str] = field(default_factory=dict)
+    # `def f(..., scaler=None)`: the parameters a project's rewrite added, by function
+    parameters: list[tuple[cst.FunctionDef, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.scalers or self.unwrap or self.decorators or self.imports)
+        return bool(self.scalers or self.unwrap or self.decorators or self.imports
+                    or self.parameters)
 
 
 def amp_usage(facts: ModuleFacts) -> AmpUsage:
@@ -51,9 +62,14 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
         if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
                 and value.func.attr.value == "wrap_scaler" and value.args):
             value = value.args[0].value  # Determined: `context.wrap_scaler(GradScaler())`
+        received = _received_scaler(value, facts)  # `scaler = scaler or GradScaler()`
+        if received is not None and binding.function is not None:
+            usage.parameters.append((binding.function, received))
+            value = value.right  # type: ignore[attr-defined]
         if isinstance(value, cst.Call) and _is_scaler_class(value.func, facts):
             usage.scalers.update(binding.keys)
             usage.statements.append(binding.statement)
+    usage.scalers.update(_inherited_scalers(facts))
     for binding in facts.bindings:
         value = binding.value
         if isinstance(value, cst.Call) and facts.imports.resolve(
@@ -72,7 +88,10 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
         if isinstance(func, cst.Attribute) and func.attr.value == "master_params":
             optimizer = dotted(site.call.args[0].value) if site.call.args else None
             if optimizer in models:
-                usage.master_params[id(site.call)] = models[optimizer]
+                usage.master_params[id(site.call)] = f"{models[optimizer]}.parameters()"
+            elif optimizer is not None:  # initialized in another module: the same parameters
+                usage.master_params[id(site.call)] = (
+                    f'[p for group in {optimizer}.param_groups for p in group["params"]]')
     for statement in facts.statements:
         if isinstance(statement, cst.SimpleStatementLine) and _is_amp_import(statement):
             usage.imports.append(statement)
@@ -105,7 +124,7 @@ def _classify_call(
     for arg in call.args:
         value = dotted(arg.value) or ""
         if arg.keyword is not None and (
-                (arg.keyword.value == "scaler" and value in usage.scalers)
+                (_SCALER_KEYWORDS.fullmatch(arg.keyword.value) and value in usage.scalers)
                 or value.split(".")[0] in usage.seeding):
             usage.removed_keywords.append((call, arg))  # `step_optimizer(opt, scaler=scaler)`
         elif (method == "backward" and isinstance(arg.value, cst.Call)
@@ -128,6 +147,34 @@ def _classify_call(
     elif method == "backward" and isinstance(func.value, cst.Call) and _is_scale_call(
             func.value, usage):
         usage.calls.append(call)
+
+
+def _received_scaler(value: cst.BaseExpression, facts: ModuleFacts) -> str | None:
+    """`scaler` of `scaler or GradScaler()`: the parameter a project's rewrite added."""
+    if (isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or)
+            and isinstance(value.left, cst.Name) and isinstance(value.right, cst.Call)
+            and _is_scaler_class(value.right.func, facts)):
+        return value.left.value
+    return None
+
+
+_INHERITED = re.compile(r"self\.(scaler(_\d+)?|grad_scaler|amp_scaler)")  # the rewrite's names
+
+
+def _inherited_scalers(facts: ModuleFacts) -> set[str]:
+    """`self.scaler` of `self.scaler.scale(loss).backward()` where the module creates none: a
+    base class in another module does."""
+    found = set()
+    for site in facts.calls:
+        func = site.call.func
+        if (isinstance(func, cst.Attribute) and func.attr.value == "backward"
+                and isinstance(func.value, cst.Call)
+                and isinstance(func.value.func, cst.Attribute)
+                and func.value.func.attr.value == "scale"):
+            key = dotted(func.value.func.value)
+            if key is not None and _INHERITED.fullmatch(key):
+                found.add(key)
+    return found
 
 
 def _is_scale_call(call: cst.Call, usage: AmpUsage) -> bool:

@@ -115,8 +115,11 @@ def without(container: Container, item: cst.CSTNode) -> Builder:
         position = next(i for i, candidate in enumerate(items)
                         if candidate.deep_equals(item.with_changes(comma=candidate.comma)))
         removed = items.pop(position)
-        if position == len(items) and position > 0:
+        if position == len(items) and position > 0:  # `f(a, b\n)` -> `f(a\n)`
             items[-1] = items[-1].with_changes(comma=removed.comma)
+            if isinstance(removed, cst.Arg):
+                items[-1] = items[-1].with_changes(
+                    whitespace_after_arg=removed.whitespace_after_arg)
         return node.with_changes(**{attribute: items})
 
     return build
@@ -181,6 +184,28 @@ def append_parameter(
     return build
 
 
+def without_parameter(name: str) -> Builder:
+    """A builder removing the parameter `name` (what `append_parameter` added); when it was
+    last, the new last parameter takes its comma."""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Parameters)
+        ordered = _ordered_parameters(node)
+        for field_name in ("params", "kwonly_params"):
+            items = list(getattr(node, field_name))
+            position = next((i for i, p in enumerate(items) if p.name.value == name), None)
+            if position is None:
+                continue
+            removed = items.pop(position)
+            node = node.with_changes(**{field_name: items})
+            if ordered[-1] is removed and len(ordered) > 1:
+                node = _with_comma(node, _ordered_parameters(node)[-1], removed.comma)
+            return node
+        return node
+
+    return build
+
+
 def _ordered_parameters(node: cst.Parameters) -> list[cst.Param]:
     """The parameters in source order (those that carry commas)."""
     star = [node.star_arg] if isinstance(node.star_arg, cst.Param) else []
@@ -188,7 +213,9 @@ def _ordered_parameters(node: cst.Parameters) -> list[cst.Param]:
     return [*node.posonly_params, *node.params, *star, *node.kwonly_params, *kwargs]
 
 
-def _with_comma(node: cst.Parameters, param: cst.Param, comma: cst.Comma) -> cst.Parameters:
+def _with_comma(
+    node: cst.Parameters, param: cst.Param, comma: cst.Comma | cst.MaybeSentinel
+) -> cst.Parameters:
     """`node` with `param` (one of its parameters) followed by `comma`."""
     if param is node.star_kwarg:
         return node  # `**kwargs` stays last: the new parameter goes before it

@@ -16,7 +16,7 @@ from amprewrite.catalog import CHANGE, declare
 from amprewrite.findings import ALREADY_MIXED_PRECISION, Finding
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.edits import as_receiver, remove, unwrap, without
+from amprewrite.rules.edits import as_receiver, remove, unwrap, without, without_parameter
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 
@@ -45,8 +45,10 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
         ctx.plan.replaces.append(Replace(container, without(container, entry)))
     for decorator in usage.decorators:
         ctx.plan.replaces.append(Replace(decorator, remove))
-    for call_id, model in usage.master_params.items():
-        parameters = ctx.parse_expression(f"{model}.parameters()")
+    for function, name in usage.parameters:
+        ctx.plan.replaces.append(Replace(function.params, without_parameter(name)))
+    for call_id, code in usage.master_params.items():
+        parameters = ctx.parse_expression(code)
         ctx.plan.replaces.append(Replace(_call_by_id(ctx, call_id), lambda _, p=parameters: p))
     ctx.notes.append(Note(MIXED_PRECISION_REMOVED, ctx.facts.module.body[0],
                           "mixed precision removed: the script is plain FP32 again (O0)"))
