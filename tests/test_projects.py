@@ -342,3 +342,17 @@ def test_a_package_module_imports_from_where_the_scripts_run(tmp_path: Path) -> 
     assert "AMP125" in output
     expected = _tree(PROJECTS / "base_class_checkpoints" / "expected_O1")
     assert _tree(work) == expected
+
+
+@pytest.mark.parametrize("named", ["engine.py", "main.py"])
+def test_o0_on_half_a_rewritten_step_changes_nothing(named: str, tmp_path: Path) -> None:
+    """Reverting engine.py alone would drop the `scaler` parameter main.py still passes."""
+    work = tmp_path / "project"
+    shutil.copytree(PROJECTS / "engine_function" / "expected_O1", work)
+    (work / "setup.py").write_text("")
+    before = _tree(work)
+    code, output = _run(work, "--opt-level", "O0", named)
+    assert code == 123, output
+    assert _tree(work) == before
+    [finding] = _findings(output)
+    assert finding.startswith(f"{named}:1:1: AMP450")

@@ -42,8 +42,9 @@ _LINKABLE = frozenset({"mixed-precision", "nothing-to-rewrite"})
 
 
 def links_projects(options: Options) -> bool:
-    """Whether the options need a scaler at all (O0 reverts, bfloat16 with --plain has none)."""
-    return options.opt_level != "O0" and not (options.plain and options.dtype == "bfloat16")
+    """Whether a project's modules are rewritten together: not when no scaler is needed at
+    all (bfloat16 with --plain). O0 reverts them together, as they were rewritten."""
+    return options.opt_level == "O0" or not (options.plain and options.dtype == "bfloat16")
 
 
 def rewrite_project(
@@ -68,17 +69,13 @@ def _rewrite_group(
 ) -> list[FileOutcome] | None:
     """The named files' outcomes, or None when the group turns out not to be linked (the
     single-file path then takes them)."""
-    modules: list[LinkedModule] = []
-    for path in group:
-        source = program.sources[path]
-        try:
-            analysis = ModuleAnalysis(engine.parse(source),
-                                      project_kinds=program.kinds_for(path))
-        except Exception as exc:
-            return _blocked_by(program, group, named, path, rewrite_failure(exc))
-        if choose(analysis, options).name not in _LINKABLE:
-            return None
-        modules.append(LinkedModule(path, program.shown[path], analysis))
+    modules = _analysed(program, group)
+    if isinstance(modules, tuple):  # a module that cannot be parsed
+        return _blocked_by(program, group, named, *modules)
+    if options.opt_level == "O0":
+        return _revert_group(program, modules, named, options, write)
+    if any(choose(m.analysis, options).name not in _LINKABLE for m in modules):
+        return None
     link_group(modules, program)
     linked = [m for m in modules if m.links]
     if not linked:
@@ -86,11 +83,48 @@ def _rewrite_group(
     unnamed = [m.shown for m in linked if m.path not in named]
     if unnamed:
         return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
+    for module in modules:
+        module.analysis.links = module.links if module.links else None
+    return _carry_out(program, group, modules, named, options, write)
+
+
+def _analysed(program: Program, group: list[Path]) -> list[LinkedModule] | tuple[Path, Finding]:
+    """The group's modules parsed and analysed, or the first that cannot be and why."""
+    modules = []
+    for path in group:
+        try:
+            analysis = ModuleAnalysis(engine.parse(program.sources[path]),
+                                      project_kinds=program.kinds_for(path))
+        except Exception as exc:
+            return path, rewrite_failure(exc)
+        modules.append(LinkedModule(path, program.shown[path], analysis))
+    return modules
+
+
+def _revert_group(
+    program: Program, modules: list[LinkedModule], named: set[Path], options: Options,
+    write: bool,
+) -> list[FileOutcome] | None:
+    """O0 on a rewritten project: the named files revert together, and not while a module
+    that was not named still uses the scaler a named one would stop taking or creating."""
+    reverting = [m for m in modules if m.path in named and m.analysis.amp_usage]
+    if not reverting:
+        return None
+    unnamed = [m.shown for m in modules if m.path not in named and m.analysis.amp_usage]
+    if unnamed:
+        return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
+    return _carry_out(program, [m.path for m in modules], modules, named, options, write)
+
+
+def _carry_out(
+    program: Program, group: list[Path], modules: list[LinkedModule], named: set[Path],
+    options: Options, write: bool,
+) -> list[FileOutcome]:
+    """Every named module of the group rewritten, all compiled before any is written."""
     results: dict[Path, FileOutcome] = {}
     for module in modules:
         if module.path not in named:
             continue
-        module.analysis.links = module.links if module.links else None
         source = program.sources[module.path]
         try:
             result = engine.rewrite_analysed(module.analysis, source, options)
