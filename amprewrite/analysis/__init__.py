@@ -30,7 +30,7 @@ from amprewrite.analysis.gram_matrices import gram_matrices
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.lint import Lint, lint
-from amprewrite.analysis.optimizer_builds import OptimizerBuild, optimizer_builds
+from amprewrite.analysis.optimizer_builds import OptimizerBuild, held_builds, optimizer_builds
 from amprewrite.analysis.ray_train import RayAmp, ray_amp
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
 from amprewrite.analysis.sigmoid_outputs import SaturatingInput, saturating_inputs
@@ -207,9 +207,14 @@ class ModuleAnalysis:
     @cached_property
     def optimizer_builds(self) -> list[OptimizerBuild]:
         """Where the stepped optimizers are built (here, or passed on to be stepped)."""
-        passed = frozenset(key for p in self.links.passes for key in p.optimizers) if (
-            self.links) else frozenset()
-        return optimizer_builds(self.facts, self.training.steps, passed)
+        links = self.links
+        passed = frozenset(key for p in links.passes for key in p.optimizers) if (
+            links) else frozenset()
+        builds = optimizer_builds(self.facts, self.training.steps, passed)
+        if links and links.base_home is not None:  # held for subclasses in other modules
+            builds += held_builds(self.facts, self.kinds, links.base_home.cls,
+                                  links.base_home.optimizers)
+        return builds
 
     @cached_property
     def float16_constants(self) -> Float16Constants:

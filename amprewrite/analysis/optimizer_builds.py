@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from amprewrite.analysis.facts import Binding, CallSite, ModuleFacts
-from amprewrite.analysis.kinds import parameter_owners
+from amprewrite.analysis.kinds import Kind, KindTable, kind_from_name, parameter_owners
 from amprewrite.analysis.names import receiver_key
 
 
@@ -35,3 +35,18 @@ def optimizer_builds(
         owners = tuple(dict.fromkeys(parameter_owners(binding.value)))
         builds.append(OptimizerBuild(binding, binding.keys[0], owners))
     return builds
+
+
+def held_builds(
+    facts: ModuleFacts, kinds: KindTable, cls: cst.ClassDef, optimizers: frozenset[str]
+) -> list[OptimizerBuild]:
+    """`self.optimizer = optimizer` in `cls.__init__`: an optimizer built elsewhere that the
+    class holds (for its subclasses to step), with the models it holds (`self.model`) as the
+    ones it trains."""
+    init_bindings = [b for b in facts.bindings if b.function is not None
+                     and facts.function_class.get(b.function) is cls
+                     and b.function.name.value == "__init__" and len(b.keys) == 1]
+    models = tuple(b.keys[0] for b in init_bindings if b.keys[0].startswith("self.") and (
+        kinds.of(b.keys[0]) or kind_from_name(b.keys[0], (Kind.MODEL,))) is Kind.MODEL)
+    return [OptimizerBuild(b, b.keys[0], models) for b in init_bindings
+            if b.keys[0] in optimizers]

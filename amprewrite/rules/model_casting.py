@@ -33,8 +33,9 @@ CLIPPING_ON_MASTER_WEIGHTS = declare(
 
 MODEL_NOT_INITIALIZED = declare(
     "AMP260", SKIP, "model not initialized for O2/O3",
-    "The optimizer's model is unknown or already wrapped by DDP/FSDP: call "
-    "`scaler.initialize(model, optimizer)` by hand, before any wrapping.",
+    "The optimizer's model is unknown, already wrapped by DDP/FSDP, or the optimizer is built "
+    "in a file the rewrite did not link: call `scaler.initialize(model, optimizer)` by hand "
+    "after it is built, before any wrapping (until then the model trains in float32).",
 )
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel")
@@ -83,10 +84,19 @@ def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
-    if ctx.scaler_home is None:
+    if ctx.scaler_expr is None:
         return
-    builds = analysis.optimizer_builds if ctx.options.casts_model else []
-    initialize_models(ctx, builds, analysis.kinds, ctx.scaler_home)
+    if ctx.scaler_home is not None:  # else the scaler comes from another module, cast there
+        builds = analysis.optimizer_builds if ctx.options.casts_model else []
+        initialize_models(ctx, builds, analysis.kinds, ctx.scaler_home)
+        linked = bool(analysis.links)  # a linked caller builds it and initializes there
+        if ctx.options.casts_model and not builds and analysis.training.steps and not linked:
+            step = analysis.training.steps[0].call
+            optimizer = ctx.facts.one_line(step.func.value)  # type: ignore[attr-defined]
+            ctx.notes.append(Note(MODEL_NOT_INITIALIZED, step, f"`{optimizer}` is built in "
+                                  f"another file: add `{ctx.scaler_expr}.initialize(model, "
+                                  f"{optimizer})` by hand where it is (until then the model "
+                                  "trains in float32)"))
     if ctx.options.casts_model and ctx.options.uses_master_weights:
         clip_master_weights(ctx, analysis.training.clips)
 
@@ -124,6 +134,36 @@ for x, y in loader:
     scaler.update()
 """,
         codes=(MODEL_INITIALIZED, CLIPPING_ON_MASTER_WEIGHTS), options=Options(opt_level="O2"),
+    ),
+    Example(
+        before="""\
+import torch
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+scaler = GradScaler("O2")
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        optimizer.zero_grad()
+        with autocast():
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        codes=(MODEL_NOT_INITIALIZED,), options=Options(opt_level="O2"),
     ),
 )
 

@@ -71,6 +71,7 @@ class GradScaler:
         self._scaler: torch.amp.GradScaler | None = None
         self._masters: dict[int, MasterWeights] = {}
         self._initialized = False
+        self._told_uncast = False  # warned that O2/O3 steps a model never cast
         self._unscaled: set[int] = set()
         self._skipped_steps = 0
         self._last_step_skipped = False
@@ -162,10 +163,12 @@ class GradScaler:
         if self._passthrough:
             self._unscaled.discard(id(optimizer))
             return optimizer.step(*args, **kwargs)
-        if self.properties.cast_model and not self._initialized:
-            raise RuntimeError(f"opt level {self.opt_level} casts the model: the script must "
-                               "call `scaler.initialize(model, optimizer)` (rewrite it with "
-                               f"`amprewrite --opt-level {self.opt_level}`)")
+        if self.properties.cast_model and not self._initialized and not self._told_uncast:
+            warnings.warn(f"opt level {self.opt_level} casts the model, but "
+                          "`scaler.initialize(model, optimizer)` was never called: the model "
+                          "trains as it is, in float32 (call it after building the optimizer)",
+                          RuntimeWarning, stacklevel=2)
+            self._told_uncast = True
         masters = self._masters.get(id(optimizer))
         if masters is not None and id(optimizer) not in self._unscaled:
             masters.grads_to_masters()

@@ -197,3 +197,22 @@ def _losses_zeroing(zero_grad: str) -> list[float]:
 
 def test_o2_gradients_move_to_the_masters_whichever_zero_grad_the_script_calls() -> None:
     assert _losses_zeroing("model") == _losses_zeroing("optimizer")
+
+
+def test_o2_without_initialize_warns_once_and_trains_the_uncast_model() -> None:
+    """A step whose optimizer was built where no `initialize` could follow (another module
+    the rewrite did not link) must not crash the run: it trains in float32 and says so."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = GradScaler("O2")
+    before = model.weight.detach().clone()
+    with pytest.warns(RuntimeWarning, match="never called") as warned:
+        for _ in range(2):
+            optimizer.zero_grad()
+            scaler.scale(model(torch.randn(8, 4)).pow(2).mean()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    assert len([w for w in warned if "never called" in str(w.message)]) == 1
+    assert model.weight.dtype == torch.float32
+    assert not torch.equal(model.weight, before)
