@@ -66,6 +66,8 @@ PROJECT_RUNS = [
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
     Project("base_class_checkpoints", "train.py", ("--checkpoint", "{file}"),
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
+    Project("base_class_checkpoints", "train.py", ("--checkpoint", "{file}"),
+            ("--resume", "{file}", "--epochs", "4"), "ckpt.pt", style="O2"),
     Project("package_chain", "train.py", ("--checkpoint", "{file}"),
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt", style="O1_plain"),
     Project("trainer_receives_optimizer", "train.py", ("--checkpoint", "{file}"),

@@ -88,6 +88,7 @@ def test_project_rewrite_is_idempotent(case: str, style: str, tmp_path: Path) ->
 KEPT_BY_REVERT = {
     ("package_chain", "O1_plain"): "import torch\n",  # the plain style's own import
     ("trainer_receives_optimizer", "O2"): 'group["params"]',  # master weights' parameters
+    ("base_class_checkpoints", "O2"): 'group["params"]',
     ("factory_returns_optimizer", "O1"): "loss = F.cross_entropy(",  # the hoisted loss
 }
 
