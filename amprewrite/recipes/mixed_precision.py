@@ -13,12 +13,13 @@ is hoisted into, and the variable holding the scale a plain-style scheduler guar
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.names import FreshNames, receiver_key
-from amprewrite.analysis.scaler_home import SCALER_NAMES, attribute_home, find_scaler_home
+from amprewrite.analysis.scaler_home import SCALER_NAMES, Use, attribute_home, find_scaler_home
 from amprewrite.options import Options
 from amprewrite.recipes import Recipe
 from amprewrite.rules import (
@@ -43,6 +44,9 @@ from amprewrite.rules import (
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.styles import Needs, plain_style, runtime_style
 from amprewrite.transform import Insert
+
+if TYPE_CHECKING:
+    from amprewrite.project.links import ModuleLinks
 
 
 def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
@@ -78,29 +82,40 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
             *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
     optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
     name = ctx.names.fresh(SCALER_NAMES)
-    links = analysis.links
-    if links and links.inherited is not None:  # a base class in another module creates it
-        ctx.scaler_expr = links.inherited.expression
-        uses = []
-    elif links and links.base_home is not None:  # ... this one, for its subclasses
-        home = attribute_home(ctx.facts, links.base_home.cls, set(links.base_home.optimizers),
-                              name)
-        uses = []
-        if home is not None:  # `links` saw to it: the base class has an `__init__` block
-            ctx.scaler_home, ctx.scaler_expr = home, home.expression
-    elif links:  # part of a project: the scaler may arrive as a parameter, or be passed on
-        uses += [p.site for p in links.passes]
-        optimizers |= {key for p in links.passes for key in p.optimizers}
-        if not links.receives_in_class:
-            received = {p.function for p in links.parameters}
-            uses = [use for use in uses if use.function not in received]
-            ctx.scaler_expr = name
+    if analysis.links:
+        uses = _linked_scaler(ctx, analysis.links, uses, optimizers, name)
     if uses:  # else every use is in a function that receives the scaler
         home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis), name)
         ctx.scaler_home = home
         ctx.scaler_expr = home.expression
     if options.plain:
         scheduler.decide_scale_variables(ctx, analysis.schedulers)
+
+
+def _linked_scaler(
+    ctx: RuleContext, links: ModuleLinks, uses: list[Use], optimizers: set[str | None],
+    name: str,
+) -> list[Use]:
+    """A project's decisions about this module's scaler: inherited from a base class in
+    another module, created by this base class for its subclasses, received as a parameter,
+    or passed on. Returns the uses a scaler of the module's own must reach (`optimizers`
+    gains those passed on, which it is created after)."""
+    if links.inherited is not None:
+        ctx.scaler_expr = links.inherited.expression
+        return []
+    if links.base_home is not None:
+        home = attribute_home(ctx.facts, links.base_home.cls, set(links.base_home.optimizers),
+                              name)
+        if home is not None:  # `links` saw to it: the base class has an `__init__` block
+            ctx.scaler_home, ctx.scaler_expr = home, home.expression
+        return []
+    uses = [*uses, *(p.site for p in links.passes)]
+    optimizers |= {key for p in links.passes for key in p.optimizers}
+    if links.receives_in_class:
+        return uses  # `self.scaler`, created in `__init__` from the parameter
+    received = {p.function for p in links.parameters}
+    ctx.scaler_expr = name
+    return [use for use in uses if use.function not in received]
 
 
 def _global_index(analysis: ModuleAnalysis) -> int:
