@@ -130,7 +130,7 @@ def test_rewritten_project_trains_in_low_precision_like_fp32(project: Project, d
 
 
 @pytest.mark.parametrize("dtype", LOW_PRECISION)
-@pytest.mark.parametrize("project", PROJECT_RUNS, ids=str)
+@pytest.mark.parametrize("project", [p for p in PROJECT_RUNS if p.style == "O1"], ids=str)
 def test_rewritten_project_resumes_from_an_fp32_checkpoint(project: Project, dtype: str) -> None:
     _, checkpoint = _saving_runs(project)[FLOAT32]
     assert "scaler" not in torch.load(checkpoint, weights_only=False)
