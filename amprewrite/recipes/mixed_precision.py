@@ -43,7 +43,7 @@ from amprewrite.rules import (
 )
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.styles import Needs, plain_style, runtime_style
-from amprewrite.transform import Insert
+from amprewrite.transform import Insert, Replace
 
 if TYPE_CHECKING:
     from amprewrite.project.links import ModuleLinks
@@ -139,7 +139,18 @@ def _header(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     for position, code in enumerate(ctx.style.definitions):
         line = ctx.parse_statement(code)
         header.append(line.with_changes(leading_lines=[cst.EmptyLine()]) if position == 0 else line)
-    ctx.plan.inserts.insert(0, Insert(ctx.facts.module, ctx.facts.header_imports_end, header))
+    index = ctx.facts.header_imports_end
+    ctx.plan.inserts.insert(0, Insert(ctx.facts.module, index, header))
+    body = ctx.facts.module.body
+    if index == 0 and body and isinstance(body[0], cst.FunctionDef | cst.ClassDef) and len(
+            body[0].leading_lines) < 2:  # a file without imports: PEP 8's two lines
+        ctx.plan.replaces.append(Replace(body[0], _two_blank_lines_before))
+
+
+def _two_blank_lines_before(node: cst.CSTNode) -> cst.CSTNode:
+    assert isinstance(node, cst.FunctionDef | cst.ClassDef)
+    missing = 2 - len(node.leading_lines)
+    return node.with_changes(leading_lines=[*[cst.EmptyLine()] * missing, *node.leading_lines])
 
 
 MIXED_PRECISION = Recipe(

@@ -174,7 +174,9 @@ def append_parameter(
             node = _with_comma(node, last, separator)
             existing = list(getattr(node, field_name))
         elif last is not None:
-            node = _with_comma(node, last, space)
+            if last is not node.star_kwarg:  # what followed the last one ends the list
+                new = new.with_changes(whitespace_after_param=last.whitespace_after_param)
+            node = _with_comma(node, last, space, cst.SimpleWhitespace(""))
             existing = list(getattr(node, field_name))
         if (not keyword_only and node.star_kwarg is not None and not trailing
                 and isinstance(new.comma, cst.MaybeSentinel)):
@@ -199,7 +201,8 @@ def without_parameter(name: str) -> Builder:
             removed = items.pop(position)
             node = node.with_changes(**{field_name: items})
             if ordered[-1] is removed and len(ordered) > 1:
-                node = _with_comma(node, _ordered_parameters(node)[-1], removed.comma)
+                node = _with_comma(node, _ordered_parameters(node)[-1], removed.comma,
+                                   removed.whitespace_after_param)
             return node
         return node
 
@@ -214,14 +217,19 @@ def _ordered_parameters(node: cst.Parameters) -> list[cst.Param]:
 
 
 def _with_comma(
-    node: cst.Parameters, param: cst.Param, comma: cst.Comma | cst.MaybeSentinel
+    node: cst.Parameters, param: cst.Param, comma: cst.Comma | cst.MaybeSentinel,
+    whitespace: cst.BaseParenthesizableWhitespace | None = None,
 ) -> cst.Parameters:
-    """`node` with `param` (one of its parameters) followed by `comma`."""
+    """`node` with `param` (one of its parameters) followed by `comma` (and, when given,
+    `whitespace` between them)."""
     if param is node.star_kwarg:
         return node  # `**kwargs` stays last: the new parameter goes before it
+    changes: dict = {"comma": comma}
+    if whitespace is not None:
+        changes["whitespace_after_param"] = whitespace
     for field_name in ("posonly_params", "params", "kwonly_params"):
         items = list(getattr(node, field_name))
         if param in items:
-            items[items.index(param)] = param.with_changes(comma=comma)
+            items[items.index(param)] = param.with_changes(**changes)
             return node.with_changes(**{field_name: items})
-    return node.with_changes(star_arg=param.with_changes(comma=comma))
+    return node.with_changes(star_arg=param.with_changes(**changes))

@@ -50,9 +50,22 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
     for call_id, code in usage.master_params.items():
         parameters = ctx.parse_expression(code)
         ctx.plan.replaces.append(Replace(_call_by_id(ctx, call_id), lambda _, p=parameters: p))
+    _no_blank_lines_on_top(ctx, usage)
     ctx.notes.append(Note(MIXED_PRECISION_REMOVED, ctx.facts.module.body[0],
                           "mixed precision removed: the script is plain FP32 again (O0)"))
 
+
+
+def _no_blank_lines_on_top(ctx: RuleContext, usage: AmpUsage) -> None:
+    """A file whose only imports were amprewrite's starts again at its first definition, not
+    at the blank lines that separated it from them."""
+    body = ctx.facts.module.body
+    removed = {id(s) for s in [*usage.imports, *usage.statements]}
+    first = next((s for s in body if id(s) not in removed), None)
+    if first is not None and first is not body[0] and isinstance(
+            first, cst.FunctionDef | cst.ClassDef) and first.leading_lines and all(
+            line.comment is None for line in first.leading_lines):
+        ctx.plan.replaces.append(Replace(first, lambda node: node.with_changes(leading_lines=[])))
 
 
 def _plain_call(node: cst.CSTNode) -> cst.CSTNode:
