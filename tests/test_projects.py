@@ -357,3 +357,26 @@ def test_o0_on_half_a_rewritten_step_changes_nothing(named: str, tmp_path: Path)
     assert _tree(work) == before
     [finding] = _findings(output)
     assert finding.startswith(f"{named}:1:1: AMP450")
+
+
+def test_a_module_a_package_re_exports_is_followed(tmp_path: Path) -> None:
+    """`from pkg import training` where pkg/__init__.py says `from .utils import training`
+    (facenet-pytorch's layout): `training.pass_epoch(...)` is pkg/utils/training.py's."""
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / "pkg" / "utils").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("from .utils import training\n")
+    (tmp_path / "pkg" / "utils" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "utils" / "training.py").write_text(
+        "def pass_epoch(model, loss_fn, loader, optimizer):\n"
+        "    for x, y in loader:\n        loss_fn(model(x), y).backward()\n"
+        "        optimizer.step()\n        optimizer.zero_grad()\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom pkg import training\n\nmodel = torch.nn.Linear(4, 2)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "training.pass_epoch(model, torch.nn.functional.cross_entropy, [], optimizer)\n"
+        "torch.save({'optimizer': optimizer.state_dict()}, 'last.pt')\n")
+    code, output = _run(tmp_path, ".")
+    assert code == 1, output
+    assert "pkg/utils/training.py:1:5: AMP123" in output
+    assert "scaler=scaler)" in (tmp_path / "train.py").read_text()
+    assert "'scaler': scaler.state_dict()" in (tmp_path / "train.py").read_text()

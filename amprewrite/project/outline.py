@@ -35,6 +35,7 @@ class Outline:
     defines: set[str] = field(default_factory=set)  # its top-level functions and classes
     exports: dict[str, Symbol] = field(default_factory=dict)  # names it imports from the project
     star_exports: list[Path] = field(default_factory=list)  # `from .module import *`, in order
+    module_names: dict[str, Path] = field(default_factory=dict)  # names bound to its modules
 
 
 @dataclass
@@ -59,6 +60,7 @@ def outline(path: Path, source: bytes, finder: ModuleFinder) -> Outline | None:
     imports: list[ast.Import | ast.ImportFrom] = []
     gathered = [(top, _gather(top, imports)) for top in tree.body]
     modules, result.exports, result.star_exports = _imports(imports, path, finder)
+    result.module_names = modules
     result.imported = ({*modules.values(), *result.star_exports}
                        | {file for file, _ in result.exports.values()})
     torch_names = _torch_aliases(imports)
@@ -176,6 +178,9 @@ def _resolve(
     prefix, _, attribute = name.rpartition(".")
     if prefix in modules and attribute:
         return modules[prefix], attribute
+    if prefix in symbols and attribute:  # `training.pass_epoch`, `training` re-exported
+        file, symbol = symbols[prefix]
+        return file, f"{symbol}.{attribute}"
     return None
 
 

@@ -45,15 +45,20 @@ class Program:
         (`.engine.train` -> engine.py, `train`), through packages that re-export it, or None
         outside the project."""
         level = len(qualified) - len(qualified.lstrip("."))
-        target, _, symbol = qualified[level:].rpartition(".")
-        if not symbol or not (target or level):
-            return None
-        file = self.finder.find(importer, target, level)
-        return None if file is None else self.defining(file, symbol)
+        parts = qualified[level:].split(".")
+        for split in range(len(parts) - 1, -1, -1):  # `pkg.training.f`: pkg/training.py, else
+            target, symbol = ".".join(parts[:split]), ".".join(parts[split:])  # pkg's `training`
+            if not symbol or not (target or level):
+                continue
+            file = self.finder.find(importer, target, level)
+            if file is not None:
+                return self.defining(file, symbol)
+        return None
 
     def defining(self, file: Path, symbol: str) -> Symbol:
         """Where `symbol`, as `file` offers it, is defined: `from .trainer import Trainer` in
-        a package's `__init__.py` leads to `trainer.py` (a few re-exports deep at most)."""
+        a package's `__init__.py` leads to `trainer.py`, and `training.pass_epoch` after
+        `from .utils import training` to `utils/training.py` (a few re-exports deep)."""
         return _defining(self.outlines, file, symbol)
 
     def kinds_for(self, importer: Path) -> Callable[[str], Kind | None]:
@@ -77,8 +82,13 @@ def _defining(outlines: dict[Path, Outline], file: Path, symbol: str) -> Symbol:
         offered = outlines.get(file)
         if offered is None or symbol in offered.defines:
             break
-        if symbol in offered.exports:
-            file, symbol = offered.exports[symbol]
+        head, dotted, rest = symbol.partition(".")
+        if dotted and head in offered.module_names:  # an attribute of a module it imports
+            file, symbol = offered.module_names[head], rest
+            continue
+        if head in offered.exports:
+            file, name = offered.exports[head]
+            symbol = f"{name}.{rest}" if dotted else name
             continue
         starred = [f for f in offered.star_exports if f in outlines
                    and symbol in outlines[f].defines | set(outlines[f].exports)]
