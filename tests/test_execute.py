@@ -173,6 +173,7 @@ CAST_MODEL_CASES = [
     ("trainer_class", "O2"),
     ("transformer_lm", "O2"),
     ("mnist_functions", "O2"),
+    ("rule_optimizer_tuple_assigned", "O2"),
     ("toplevel_loop", "O3"),
     ("main_loop", "O3"),
 ]

@@ -26,9 +26,11 @@ def optimizer_builds(
     """Builds of the optimizers `steps` step, and of those `passed` to another module that
     steps them (a project's links)."""
     stepped = {receiver_key(s.call.func.value) for s in steps} | passed  # type: ignore[attr-defined]
+    aliased = _aliased(facts, stepped)
     builds = []
     for binding in facts.bindings:
-        if len(binding.keys) != 1 or binding.keys[0] not in stepped:
+        if len(binding.keys) != 1 or not (
+                binding.keys[0] in stepped or (binding.function, binding.keys[0]) in aliased):
             continue
         if not isinstance(binding.value, cst.Call):
             continue  # `opt = optimizer` aliases are not builds
@@ -50,3 +52,20 @@ def held_builds(
         kinds.of(b.keys[0]) or kind_from_name(b.keys[0], (Kind.MODEL,))) is Kind.MODEL)
     return [OptimizerBuild(b, b.keys[0], models) for b in init_bindings
             if b.keys[0] in optimizers]
+
+
+def _aliased(facts: ModuleFacts, stepped: set[str | None]) -> set[tuple[object, str]]:
+    """(function, name) of the locals a stepped optimizer is assigned from there:
+    `optimizer` in `self.model, self.optimizer = model, optimizer` (the local's build is the
+    stepped optimizer's)."""
+    found: set[tuple[object, str]] = set()
+    for binding in facts.bindings:
+        value = binding.value
+        values = ([e.value for e in value.elements] if isinstance(value, cst.Tuple | cst.List)
+                  and len(value.elements) == len(binding.keys) else [value])
+        if len(values) != len(binding.keys):
+            continue
+        for key, source in zip(binding.keys, values, strict=True):
+            if key in stepped and isinstance(source, cst.Name):
+                found.add((binding.function, source.value))
+    return found

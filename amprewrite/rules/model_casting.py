@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import libcst as cst
+
+from amprewrite.analysis.facts import CallSite, ModuleFacts
 from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.names import receiver_key
 from amprewrite.analysis.optimizer_builds import OptimizerBuild
 from amprewrite.analysis.scaler_home import ScalerHome
 from amprewrite.analysis.training_step import Note
@@ -83,6 +87,19 @@ def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
                               f"the optimizer steps (`{masters_code}`)"))
 
 
+def _received(step: CallSite, facts: ModuleFacts) -> bool:
+    """Whether the optimizer a step steps arrives from outside the module: a parameter of
+    the stepping function, or an attribute `__init__` stores from one of its parameters."""
+    key = receiver_key(step.call.func.value) or ""  # type: ignore[attr-defined]
+    root = key.split(".")[0]
+    if root != "self":
+        return step.function is not None and root in facts.parameters(step.function)[0]
+    return any(binding.keys == (key,) and isinstance(binding.value, cst.Name)
+               and binding.function is not None and binding.function.name.value == "__init__"
+               and binding.value.value in facts.parameters(binding.function)[0]
+               for binding in facts.bindings)
+
+
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     if ctx.scaler_expr is None:
         return
@@ -90,8 +107,9 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
         builds = analysis.optimizer_builds if ctx.options.casts_model else []
         initialize_models(ctx, builds, analysis.kinds, ctx.scaler_home)
         linked = bool(analysis.links)  # a linked caller builds it and initializes there
-        if ctx.options.casts_model and not builds and analysis.training.steps and not linked:
-            step = analysis.training.steps[0].call
+        received = [s for s in analysis.training.steps if _received(s, ctx.facts)]
+        if ctx.options.casts_model and not builds and received and not linked:
+            step = received[0].call
             optimizer = ctx.facts.one_line(step.func.value)  # type: ignore[attr-defined]
             ctx.notes.append(Note(MODEL_NOT_INITIALIZED, step, f"`{optimizer}` is built in "
                                   f"another file: add `{ctx.scaler_expr}.initialize(model, "
