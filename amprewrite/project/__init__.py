@@ -2,7 +2,8 @@
 
     outline (ast, cheap)  -> which named files call into which project modules (`layout`,
                              `outline`): the import graph, resolved statically, never by
-                             importing, over the modules that mention torch
+                             importing, over the modules that may step, save or
+                             pass on an optimizer
     link (libcst)         -> the groups of modules one training step spans, the functions
                              that receive the grad scaler as a new parameter and the call
                              sites that pass it (`links`)

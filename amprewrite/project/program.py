@@ -1,5 +1,6 @@
 """Which named files form one program with which project modules: the import graph over the
-modules that mention torch, and the groups of modules a training step spans.
+modules that may step, save or pass on an optimizer, and the groups of modules a training
+step spans.
 
 Besides the modules the named files import, the project's other files that may import a
 named one are looked at (a text search, then an outline of those that match), so that a
@@ -175,7 +176,7 @@ def _finder(root: Path, scope: Path) -> ModuleFinder:
 def _possible_importers(
     root: Path, named: set[Path], read: dict[Path, bytes]
 ) -> Iterator[tuple[Path, bytes]]:
-    """Project files not read yet that mention torch (or an optimizer) and the name of one
+    """Project files not read yet that may step, save or pass an optimizer and name one
     of the `named` modules (those with functions or classes that may receive an optimizer:
     no other can need a caller's scaler)."""
     names = {p.parent.name if p.name == "__init__.py" else p.stem for p in named}
