@@ -103,7 +103,11 @@ def sample_tree(source: Path, destination: Path, files: int) -> Path:
 
 
 def one_file_check(directory: Path, runs: int) -> dict[str, object]:
-    """Wall time of a one-file --check and of importing libcst, run in turns."""
+    """Wall time of a one-file --check and of importing libcst, run in turns, in a directory
+    of its own (beside the trees above, a sampled `torch/` package would be a project module
+    its `import torch` reaches, as Python itself would import it from there)."""
+    directory = directory / "one_file"
+    directory.mkdir()
     script = directory / "train.py"
     shutil.copyfile(ONE_FILE, script)
     (directory / "pyproject.toml").write_text('[tool.amprewrite]\nopt-level = "O1"\n')

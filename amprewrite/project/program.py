@@ -180,7 +180,7 @@ def _possible_importers(
     of the `named` modules (those with functions or classes that may receive an optimizer:
     no other can need a caller's scaler)."""
     names = {p.parent.name if p.name == "__init__.py" else p.stem for p in named}
-    mentions = re.compile(rb"\b(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(names)))
+    imports = _importing(names)
     for path in _python_files(root):
         if path in read:
             continue
@@ -188,8 +188,18 @@ def _possible_importers(
             source = read_source(path)
         except OSError:
             continue
-        if _MAY_LINK.search(source) and mentions.search(source):
+        if _MAY_LINK.search(source) and imports.search(source):
             yield path, source
+
+
+def _importing(names: set[str]) -> re.Pattern[bytes]:
+    """Import statements that may name one of the modules `names`: `import engine`,
+    `from .engine import f`, `from pkg import (utils,\n engine)` (a cheap text search: an
+    outline decides)."""
+    name = rb"\b(?:%s)\b" % b"|".join(re.escape(n.encode()) for n in sorted(names))
+    return re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]*%s|import[ \t][^\n]*%s"
+                      rb"|from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*|[^\n]*)%s)"
+                      % (name, name, name), re.MULTILINE)
 
 
 def _python_files(root: Path) -> Iterator[Path]:
