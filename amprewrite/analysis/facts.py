@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import libcst as cst
@@ -50,6 +51,9 @@ class Binding:
     function: cst.FunctionDef | None
 
 
+SHORTEST_LINE_LIMIT = 79  # PEP 8
+
+
 @dataclass
 class ModuleFacts:
     """The structural facts of a module, collected in one walk."""
@@ -70,6 +74,18 @@ class ModuleFacts:
     order: dict[Statement, int] = field(default_factory=dict)  # pre-order (source) position
     owner: dict[int, Statement] = field(default_factory=dict)  # id(node) -> its statement
     header_imports_end: int = 0  # index in module.body after the leading imports
+
+    @cached_property
+    def line_limit(self) -> int:
+        """The file's line-length convention: its longest line, at least PEP 8's 79 (a file
+        whose lines are all shorter still wraps beyond it)."""
+        return max(SHORTEST_LINE_LIMIT, *(len(line.expandtabs())
+                                          for line in self.module.code.splitlines()))
+
+    def indentation(self, statement: Statement) -> int:
+        """The width of `statement`'s indentation, in columns."""
+        depth = len(self.enclosing_statements(statement)) - 1
+        return depth * len(self.module.default_indent.expandtabs())
 
     def one_line(self, node: cst.CSTNode) -> str:
         """The code of `node` with its whitespace folded, as messages quote it."""

@@ -81,12 +81,9 @@ def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
     ctx.plan.replaces.append(Replace(container, build))
 
 
-SHORTEST_LIMIT = 79  # PEP 8: a file whose lines are all shorter still wraps beyond it
-
-
 def _too_long(ctx: RuleContext, container: cst.Dict | cst.Call, new: cst.CSTNode) -> bool:
     """Whether adding `new` to a container on a one-line statement makes that line longer
-    than the file's longest line (its line-length convention, at least SHORTEST_LIMIT)."""
+    than the file's line-length convention (`ModuleFacts.line_limit`)."""
     module = ctx.facts.module
     statement = ctx.facts.owner.get(id(container))
     if not isinstance(statement, cst.SimpleStatementLine):
@@ -94,12 +91,9 @@ def _too_long(ctx: RuleContext, container: cst.Dict | cst.Call, new: cst.CSTNode
     line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
     if "\n" in line:
         return False  # a statement over several lines: its layout is the author's
-    depth = len(ctx.facts.enclosing_statements(statement)) - 1
-    length = depth * len(module.default_indent.expandtabs()) + len(line)
+    length = ctx.facts.indentation(statement) + len(line)
     length += len(", " + module.code_for_node(new))
-    if length <= SHORTEST_LIMIT:
-        return False
-    return length > max(len(text.expandtabs()) for text in module.code.splitlines())
+    return length > ctx.facts.line_limit
 
 
 def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:

@@ -32,10 +32,11 @@ def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
                                          whitespace_after=cst.SimpleWhitespace("")))
 
 
-def append_arguments(new: Sequence[cst.Arg]) -> Builder:
+def append_arguments(new: Sequence[cst.Arg], comma_before: cst.Comma | None = None) -> Builder:
     """A builder appending `new` to a call's arguments: `f(a)` -> `f(a, b=1)`; a call with a
     trailing comma (often one argument per line) gets each new argument on its own line, the
-    trailing comma kept last."""
+    trailing comma kept last. `comma_before`: the comma after the last argument, when not
+    `, ` (one that breaks the line) and the call has no trailing comma."""
 
     def build(node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call)
@@ -46,7 +47,8 @@ def append_arguments(new: Sequence[cst.Arg]) -> Builder:
                                            new[-1]])
         last = args[-1]
         if last.comma is cst.MaybeSentinel.DEFAULT:  # what followed the last one ends the call
-            args[-1] = last.with_changes(comma=space, whitespace_after_arg=cst.SimpleWhitespace(""))
+            args[-1] = last.with_changes(comma=comma_before or space,
+                                         whitespace_after_arg=cst.SimpleWhitespace(""))
             added = [*(a.with_changes(comma=space) for a in new[:-1]),
                      new[-1].with_changes(whitespace_after_arg=last.whitespace_after_arg)]
         else:

@@ -9,7 +9,6 @@ import libcst as cst
 
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
-from amprewrite.rules.checkpoint import SHORTEST_LIMIT
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import append_arguments, append_parameter, keyword
 from amprewrite.rules.registry import rule
@@ -46,13 +45,11 @@ def receive_scaler(ctx: RuleContext, parameter: ScalerParameter, in_class: bool)
     """`def f(..., scaler=None):` and, for a function, `scaler = scaler or GradScaler()`
     first in its body (a class's `__init__` creates `self.scaler` that way instead)."""
     function, name = parameter.function, parameter.name
-    module = ctx.facts.module
-    depth = len(ctx.facts.enclosing_statements(function)) - 1
-    indent = depth * len(module.default_indent.expandtabs())
+    indent = ctx.facts.indentation(function)
     opening = indent + len(f"def {function.name.value}(")
-    params = module.code_for_node(function.params)
+    params = ctx.facts.module.code_for_node(function.params)
     added = f", {name}=None"
-    wrap = "\n" not in params and opening + len(params + added) + 2 > _line_limit(ctx)
+    wrap = "\n" not in params and opening + len(params + added) + 2 > ctx.facts.line_limit
     ctx.plan.replaces.append(Replace(function.params, append_parameter(
         name, cst.Name("None"), _aligned_break(opening - indent) if wrap else None)))
     if not in_class and ctx.style is not None and isinstance(function.body, cst.IndentedBlock):
@@ -65,12 +62,6 @@ def receive_scaler(ctx: RuleContext, parameter: ScalerParameter, in_class: bool)
                           f"`{parameter.owner}` receives the grad scaler as a new parameter "
                           f"`{name}`, passed by its callers in {callers} (a new scaler when "
                           "none is passed)"))
-
-
-def _line_limit(ctx: RuleContext) -> int:
-    """The file's line-length convention: its longest line, at least PEP 8's 79."""
-    return max(SHORTEST_LIMIT, *(len(line.expandtabs())
-                                 for line in ctx.facts.module.code.splitlines()))
 
 
 def _aligned_break(column: int) -> cst.Comma:
@@ -86,14 +77,7 @@ def _pass_scaler(ctx: RuleContext, call: cst.Call, name: str) -> None:
     of their own, else aligned with the opening parenthesis."""
     argument = keyword(name, ctx.parse_expression(ctx.scaler_expr or ""))
     comma = _wrapping_comma(ctx, call, len(f", {name}={ctx.scaler_expr}"))
-    if comma is None or not call.args or not isinstance(call.args[-1].comma, cst.MaybeSentinel):
-        ctx.plan.replaces.append(Replace(call, append_arguments([argument])))
-        return
-    last = call.args[-1]
-    ctx.plan.replaces.append(Replace(call, lambda node: node.with_changes(args=[
-        *node.args[:-1],
-        node.args[-1].with_changes(comma=comma, whitespace_after_arg=cst.SimpleWhitespace("")),
-        argument.with_changes(whitespace_after_arg=last.whitespace_after_arg)])))
+    ctx.plan.replaces.append(Replace(call, append_arguments([argument], comma)))
 
 
 def _wrapping_comma(ctx: RuleContext, call: cst.Call, added: int) -> cst.Comma | None:
@@ -103,18 +87,17 @@ def _wrapping_comma(ctx: RuleContext, call: cst.Call, added: int) -> cst.Comma |
     statement = ctx.facts.owner.get(id(call))
     if statement is None:
         return None
-    depth = len(ctx.facts.enclosing_statements(statement)) - 1
-    indent = depth * len(module.default_indent.expandtabs())
+    indent = ctx.facts.indentation(statement)
     text = module.code_for_node(call)
     layout = call.whitespace_before_args
     if isinstance(layout, cst.ParenthesizedWhitespace):  # `f(\n    a, b\n)`
         lines = text.splitlines()
         last_line = lines[-2] if len(lines) > 1 and lines[-1].strip() == ")" else lines[-1]
-        fits = indent + len(last_line.rstrip(")")) + added <= _line_limit(ctx)
+        fits = indent + len(last_line.rstrip(")")) + added <= ctx.facts.line_limit
         return None if fits else cst.Comma(whitespace_after=layout)
     line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
     start = line.find(text)
-    if "\n" in line or start < 0 or indent + len(line) + added <= _line_limit(ctx):
+    if "\n" in line or start < 0 or indent + len(line) + added <= ctx.facts.line_limit:
         return None
     return _aligned_break(start + len(module.code_for_node(call.func)) + 1)
 
