@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
-from amprewrite.analysis.kinds import RECEIVER_KINDS, Kind, KindTable, kind_from_name
-from amprewrite.analysis.names import dotted, receiver_key
+from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.names import dotted
 
 
 @dataclass(frozen=True)
@@ -77,15 +77,8 @@ def _is_optimizer_load(call: cst.Call, kinds: KindTable) -> bool:
         isinstance(func, cst.Attribute)
         and func.attr.value == "load_state_dict"
         and len(call.args) == 1
-        and _is_optimizer(func.value, kinds)
+        and kinds.is_optimizer(func.value)
     )
-
-
-def _is_optimizer(node: cst.BaseExpression, kinds: KindTable) -> bool:
-    kind = kinds.of_expr(node)
-    if kind is not None:
-        return kind is Kind.OPTIMIZER
-    return kind_from_name(receiver_key(node), RECEIVER_KINDS) is Kind.OPTIMIZER
 
 
 def _is_optimizer_state(node: cst.BaseExpression, kinds: KindTable) -> bool:
@@ -94,7 +87,7 @@ def _is_optimizer_state(node: cst.BaseExpression, kinds: KindTable) -> bool:
         isinstance(node, cst.Call)
         and isinstance(node.func, cst.Attribute)
         and node.func.attr.value == "state_dict"
-        and _is_optimizer(node.func.value, kinds)
+        and kinds.is_optimizer(node.func.value)
     )
 
 

@@ -87,6 +87,28 @@ class ModuleFacts:
         depth = len(self.enclosing_statements(statement)) - 1
         return depth * len(self.module.default_indent.expandtabs())
 
+    def init_of(self, cls: cst.ClassDef) -> cst.FunctionDef | None:
+        """`cls.__init__`, when the class defines one."""
+        return next((f for f in self.functions if self.function_class.get(f) is cls
+                     and f.name.value == "__init__"), None)
+
+    def init_bindings(self, cls: cst.ClassDef) -> list[Binding]:
+        """The assignments of `cls.__init__`."""
+        init = self.init_of(cls)
+        return [] if init is None else [b for b in self.bindings if b.function is init]
+
+    def stored_parameters(self, cls: cst.ClassDef) -> dict[str, str]:
+        """`self.optimizer` -> `optimizer`: the attributes `cls.__init__` sets from its
+        parameters, and those parameters."""
+        init = self.init_of(cls)
+        if init is None:
+            return {}
+        positional, keyword_only = self.parameters(init)
+        parameters = set(positional + keyword_only)
+        return {key: binding.value.value for binding in self.init_bindings(cls)
+                if isinstance(binding.value, cst.Name) and binding.value.value in parameters
+                for key in binding.keys if key.startswith("self.")}
+
     def one_line(self, node: cst.CSTNode) -> str:
         """The code of `node` with its whitespace folded, as messages quote it."""
         return " ".join(self.module.code_for_node(node).split())

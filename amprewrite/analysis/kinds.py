@@ -152,6 +152,13 @@ class KindTable:
     def of_expr(self, node: cst.BaseExpression) -> Kind | None:
         return self.of(receiver_key(node))
 
+    def is_optimizer(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` is an optimizer: by its kind, else by what its name says."""
+        kind = self.of_expr(node)
+        if kind is not None:
+            return kind is Kind.OPTIMIZER
+        return kind_from_name(receiver_key(node), RECEIVER_KINDS) is Kind.OPTIMIZER
+
     def _set(self, key: str | None, kind: Kind | None) -> None:
         if key is not None and kind is not None:
             self.kinds.setdefault(key, kind)

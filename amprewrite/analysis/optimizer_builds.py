@@ -45,9 +45,7 @@ def held_builds(
     """`self.optimizer = optimizer` in `cls.__init__`: an optimizer built elsewhere that the
     class holds (for its subclasses to step), with the models it holds (`self.model`) as the
     ones it trains."""
-    init_bindings = [b for b in facts.bindings if b.function is not None
-                     and facts.function_class.get(b.function) is cls
-                     and b.function.name.value == "__init__" and len(b.keys) == 1]
+    init_bindings = [b for b in facts.init_bindings(cls) if len(b.keys) == 1]
     models = tuple(b.keys[0] for b in init_bindings if b.keys[0].startswith("self.") and (
         kinds.of(b.keys[0]) or kind_from_name(b.keys[0], (Kind.MODEL,))) is Kind.MODEL)
     return [OptimizerBuild(b, b.keys[0], models) for b in init_bindings

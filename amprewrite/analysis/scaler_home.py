@@ -64,11 +64,7 @@ def attribute_home(
 ) -> ScalerHome | None:
     """`self.<name>` in `cls.__init__`, right after the optimizer is assigned (or at its
     end); None without an `__init__`."""
-    init = next(
-        (f for f in facts.functions if facts.function_class.get(f) is cls
-         and f.name.value == "__init__"),
-        None,
-    )
+    init = facts.init_of(cls)
     if init is None or not isinstance(init.body, cst.IndentedBlock):
         return None
     anchor = _last_binding_anchor(facts, init, optimizer_keys)

@@ -27,7 +27,7 @@ import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.facts import CallSite, ModuleFacts
-from amprewrite.analysis.kinds import Kind, KindTable, kind_from_name
+from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import FreshNames, receiver_key
 from amprewrite.analysis.scaler_home import SCALER_NAMES
 from amprewrite.project.program import Program
@@ -182,11 +182,11 @@ def _link_to_base_class(
 def _assigned_in_init(facts: ModuleFacts, cls: cst.ClassDef) -> set[str | None]:
     """The `self.` attributes `cls.__init__` assigns (none when its body is on the `def`
     line: the scaler could not be created there)."""
-    return {key for binding in facts.bindings if binding.function is not None
-            and facts.function_class.get(binding.function) is cls
-            and binding.function.name.value == "__init__"
-            and isinstance(binding.function.body, cst.IndentedBlock)
-            for key in binding.keys if key.startswith("self.")}
+    init = facts.init_of(cls)
+    if init is None or not isinstance(init.body, cst.IndentedBlock):
+        return set()
+    return {key for binding in facts.init_bindings(cls) for key in binding.keys
+            if key.startswith("self.")}
 
 
 def _scaler_sites(analysis: ModuleAnalysis) -> list[tuple[CallSite, str | None]]:
@@ -235,9 +235,10 @@ def _receiving(
             if key in positional + keyword_only and _at_module_level(facts, function):
                 found.setdefault(function.name.value, (function, set()))[1].add(key)
         else:
-            stored = _stored_from_init(facts, cls).get(key)
-            if stored is not None and _at_module_level(facts, cls):
-                found.setdefault(cls.name.value, (stored[0], set()))[1].add(stored[1])
+            parameter = facts.stored_parameters(cls).get(key)
+            init = facts.init_of(cls)
+            if parameter is not None and init is not None and _at_module_level(facts, cls):
+                found.setdefault(cls.name.value, (init, set()))[1].add(parameter)
     classes = [owner for owner, (init, _) in found.items() if init.name.value == "__init__"
                and init in facts.function_class]
     if classes and not _only_in(facts, classes, used, len(found)):
@@ -275,40 +276,12 @@ def _only_in(
 
 def passed_optimizers(site: CallSite, kinds: KindTable) -> list[str]:
     """The optimizers a call passes (their keys): `optimizer` in `train(model, optimizer)`."""
-    return [key for arg in site.call.args if _is_optimizer(arg.value, kinds)
+    return [key for arg in site.call.args if kinds.is_optimizer(arg.value)
             and (key := receiver_key(arg.value)) is not None]
-
-
-def _is_optimizer(node: cst.BaseExpression, kinds: KindTable) -> bool:
-    kind = kinds.of_expr(node)
-    if kind is not None:
-        return kind is Kind.OPTIMIZER
-    return kind_from_name(receiver_key(node), (Kind.OPTIMIZER,)) is Kind.OPTIMIZER
 
 
 def _at_module_level(facts: ModuleFacts, node: cst.FunctionDef | cst.ClassDef) -> bool:
     return node in facts.module.body
-
-
-def _stored_from_init(
-    facts: ModuleFacts, cls: cst.ClassDef
-) -> dict[str, tuple[cst.FunctionDef, str]]:
-    """`self.optimizer` -> (`__init__`, its parameter), for attributes `__init__` sets from
-    its parameters."""
-    init = next((f for f in facts.functions if facts.function_class.get(f) is cls
-                 and f.name.value == "__init__"), None)
-    if init is None:
-        return {}
-    positional, keyword_only = facts.parameters(init)
-    parameters = set(positional + keyword_only)
-    stored: dict[str, tuple[cst.FunctionDef, str]] = {}
-    for binding in facts.bindings:
-        if (binding.function is init and isinstance(binding.value, cst.Name)
-                and binding.value.value in parameters):
-            for key in binding.keys:
-                if key.startswith("self."):
-                    stored[key] = (init, binding.value.value)
-    return stored
 
 
 def _project_calls(

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
 from amprewrite.analysis.facts import CallSite, ModuleFacts
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import receiver_key
@@ -91,13 +89,12 @@ def _received(step: CallSite, facts: ModuleFacts) -> bool:
     """Whether the optimizer a step steps arrives from outside the module: a parameter of
     the stepping function, or an attribute `__init__` stores from one of its parameters."""
     key = receiver_key(step.call.func.value) or ""  # type: ignore[attr-defined]
-    root = key.split(".")[0]
-    if root != "self":
-        return step.function is not None and root in facts.parameters(step.function)[0]
-    return any(binding.keys == (key,) and isinstance(binding.value, cst.Name)
-               and binding.function is not None and binding.function.name.value == "__init__"
-               and binding.value.value in facts.parameters(binding.function)[0]
-               for binding in facts.bindings)
+    if step.function is None:
+        return False
+    if key.split(".")[0] != "self":
+        return key.split(".")[0] in facts.parameters(step.function)[0]
+    cls = facts.function_class.get(step.function)
+    return cls is not None and key in facts.stored_parameters(cls)
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
