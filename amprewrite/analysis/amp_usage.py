@@ -16,12 +16,10 @@ import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
+from amprewrite.analysis.scaler_home import SCALER_NAME
 from amprewrite.analysis.tree import descendants
 
 _SCALER_CLASSES = ("GradScaler", "ShardedGradScaler")
-# The keyword a scaler is passed by (`train_one_epoch(..., scaler=scaler)`): the names the
-# rewrite gives it.
-_SCALER_KEYWORDS = re.compile(r"scaler(_\d+)?|grad_scaler|amp_scaler")
 _AUTOCASTS = frozenset({"amprewrite_runtime.autocast", "torch.autocast", "torch.amp.autocast",
                         "torch.cuda.amp.autocast", "torch.cpu.amp.autocast"})
 _DECORATORS = ("custom_fwd", "custom_bwd")
@@ -124,7 +122,7 @@ def _classify_call(
     for arg in call.args:
         value = dotted(arg.value) or ""
         if arg.keyword is not None and (
-                (_SCALER_KEYWORDS.fullmatch(arg.keyword.value) and value in usage.scalers)
+                (SCALER_NAME.fullmatch(arg.keyword.value) and value in usage.scalers)
                 or value.split(".")[0] in usage.seeding):
             usage.removed_keywords.append((call, arg))  # `step_optimizer(opt, scaler=scaler)`
         elif (method == "backward" and isinstance(arg.value, cst.Call)
@@ -158,9 +156,6 @@ def _received_scaler(value: cst.BaseExpression, facts: ModuleFacts) -> str | Non
     return None
 
 
-_INHERITED = re.compile(r"self\.(scaler(_\d+)?|grad_scaler|amp_scaler)")  # the rewrite's names
-
-
 def _inherited_scalers(facts: ModuleFacts) -> set[str]:
     """`self.scaler` of `self.scaler.scale(loss).backward()` where the module creates none: a
     base class in another module does."""
@@ -171,8 +166,8 @@ def _inherited_scalers(facts: ModuleFacts) -> set[str]:
                 and isinstance(func.value, cst.Call)
                 and isinstance(func.value.func, cst.Attribute)
                 and func.value.func.attr.value == "scale"):
-            key = dotted(func.value.func.value)
-            if key is not None and _INHERITED.fullmatch(key):
+            key = dotted(func.value.func.value) or ""
+            if key.startswith("self.") and SCALER_NAME.fullmatch(key.removeprefix("self.")):
                 found.add(key)
     return found
 

@@ -11,6 +11,7 @@ The rule, narrowest scope first:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,6 +20,9 @@ import libcst as cst
 from amprewrite.analysis.facts import Block, ModuleFacts, Statement
 
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
+# Every name the rewrite may give the scaler: one of SCALER_NAMES, or the first with the
+# suffix FreshNames adds when all are taken (`scaler_2`).
+SCALER_NAME = re.compile("|".join([*SCALER_NAMES, rf"{SCALER_NAMES[0]}_\d+"]))
 
 
 @dataclass(frozen=True)
