@@ -16,7 +16,7 @@ from amprewrite.filters import keep_findings
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
 from amprewrite.output_formats import print_github, print_json
 from amprewrite.parallel import run_files
-from amprewrite.project.rewrite import links_projects
+from amprewrite.project.rewrite import links_projects, rewrite_project
 from amprewrite.report import (
     Verbosity,
     apply_hint,
@@ -164,8 +164,6 @@ def _projects(
     sources = {t.path.resolve(): t for t in targets if not is_notebook(str(t.path))}
     if not sources or not links_projects(options):
         return [], targets
-    from amprewrite.project.rewrite import rewrite_project  # only runs that name Python files
-
     outcomes, handled = rewrite_project({p: str(t.path) for p, t in sources.items()},
                                         options, write, jobs)
     explicit = {str(t.path): t.explicit for t in targets}
