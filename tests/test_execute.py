@@ -86,6 +86,7 @@ RUNNABLE = [
     Runnable("optional_encoder_optimizer"),
     Runnable("rule_clip_norm_method"),
     Runnable("saliency_and_train"),
+    Runnable("rule_opaque_clip_helpers"),
 ]
 
 

@@ -23,6 +23,7 @@ from amprewrite.analysis.kinds import (
     optimizer_loop_elements,
 )
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key
+from amprewrite.analysis.opaque_calls import GradientReach
 from amprewrite.analysis.scaler_protocol import UpdatePoint, plan_updates
 from amprewrite.analysis.statements import (
     calls_in,
@@ -32,7 +33,13 @@ from amprewrite.analysis.statements import (
     is_step_call,
 )
 from amprewrite.analysis.summaries import Summaries
-from amprewrite.analysis.unscaling import Clip, Unscale, gradient_uses, reads_grad
+from amprewrite.analysis.unscaling import (
+    Clip,
+    Unscale,
+    gradient_uses,
+    reads_grad,
+    unguarded_opaque_calls,
+)
 from amprewrite.catalog import SKIP, Code, declare
 
 CLOSURE_STEP = declare(
@@ -83,6 +90,14 @@ OPTIMIZER_BOUND_ON_SOME_PATHS = declare(
     "AMP212", SKIP, "optimizer bound only on some paths",
     "The stepped optimizer is created inside a branch; the scaler calls would name it where it "
     "may not exist. Create it on every path.",
+)
+
+OPAQUE_CALL_ON_SCALED_GRADIENTS = declare(
+    "AMP213", SKIP, "call that may read gradients runs on scaled ones",
+    "A call amprewrite cannot see into (another module, a library, a callback) runs between "
+    "backward and step, but not once per optimizer step (outside a gradient-accumulation "
+    "guard), so no `scaler.unscale_(optimizer)` can precede it: if it clips or reads `.grad`, "
+    "move it inside the guard, after `scaler.unscale_(optimizer)`.",
 )
 
 
@@ -191,7 +206,8 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                                      "in this file to scale; left unchanged"))
         return result
 
-    unscales, clips = gradient_uses(optimizer_steps, training_backwards, facts)
+    reach = GradientReach(facts, kinds)
+    unscales, clips = gradient_uses(optimizer_steps, training_backwards, facts, reach)
     unscales = [_over_elements(u, optimizer_steps, facts, kinds) for u in unscales]
     protocol = plan_updates(optimizer_steps, unscales, training_backwards, facts, kinds)
     unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{facts.one_line(s.call.func.value)}` "  # type: ignore[attr-defined]
@@ -215,6 +231,12 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     result.updates_after = protocol.updates_after
     result.updates_at = protocol.updates_at
     result.unscales, result.clips = unscales, clips
+    for call, step in unguarded_opaque_calls(optimizer_steps, training_backwards, facts, reach):
+        optimizer = facts.one_line(step.call.func.value)  # type: ignore[attr-defined]
+        result.notes.append(Note(OPAQUE_CALL_ON_SCALED_GRADIENTS, call,
+                                 f"`{facts.one_line(call.func)}(...)` runs before "
+                                 f"`{optimizer}.step()` on every micro-batch, where its "
+                                 "gradients are still scaled; left as is"))
     regions: list[Region] = []
     for site in training_backwards:
         region = _loss_region(site, facts, kinds)

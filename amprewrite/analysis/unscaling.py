@@ -8,6 +8,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.names import dotted, iter_keys, walk
+from amprewrite.analysis.opaque_calls import GradientReach
 
 _CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 
@@ -31,10 +32,14 @@ class Clip:
 
 
 def gradient_uses(
-    steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts
+    steps: list[CallSite],
+    backwards: list[CallSite],
+    facts: ModuleFacts,
+    reach: GradientReach | None = None,
 ) -> tuple[list[Unscale], list[Clip]]:
-    """For each step, the clips and `.grad` reads between its last backward and itself; the
-    first of them is where `unscale_` goes."""
+    """For each step, the clips and `.grad` reads between its last backward and itself (with
+    `reach`, also the calls the analysis cannot see into that may reach the parameters, where
+    they run once per step); the first of them is where `unscale_` goes."""
     unscales: list[Unscale] = []
     clips: list[Clip] = []
     readers = _grad_readers(facts)
@@ -42,12 +47,10 @@ def gradient_uses(
     for step in steps:
         optimizer = step.call.func.value  # type: ignore[attr-defined]
         others = stepped - {dotted(optimizer)}
-        end = facts.order[step.statement]
-        prior = [facts.order[b.statement] for b in backwards
-                 if b.function is step.function and facts.order[b.statement] < end]
-        if not prior:
+        window = _window(step, backwards, facts)
+        if window is None:
             continue
-        start = max(prior)
+        start, end = window
         found: list[tuple[int, Statement, str]] = []
         for site in facts.calls:
             position = facts.order[site.statement]
@@ -55,19 +58,73 @@ def gradient_uses(
                     and _is_clip(site.call) and not _names_another(site.call, optimizer, others)):
                 found.append((position, site.statement, "gradient clipping"))
                 clips.append(Clip(site, optimizer))
-        for line, position in facts.order.items():
-            info = facts.statements.get(line)
-            if (isinstance(line, cst.SimpleStatementLine) and info is not None
-                    and info.function is step.function and start < position < end
-                    and (reads_grad(line) or _calls_any(line, readers))
-                    and not _names_another(line, optimizer, others)):
+        for line, position in _lines_between(step, start, end, facts):
+            if _names_another(line, optimizer, others):
+                continue
+            if reads_grad(line) or _calls_any(line, readers):
                 found.append((position, line, "code that reads `.grad`"))
+            elif (reach is not None and runs_with_step(line, step.statement, facts)
+                  and (call := reach.opaque_call(line)) is not None):
+                found.append((position, line, f"`{_call_text(call, facts)}` (code "
+                              "amprewrite cannot see into)"))
         if found:
             _, statement, reason = min(found, key=lambda item: item[0])
             statement = _dominating(statement, [s for _, s, _ in found], facts)
             statement = _outside_loops(statement, step.statement, facts)
             unscales.append(Unscale(statement, optimizer, reason))
     return unscales, clips
+
+
+def unguarded_opaque_calls(
+    steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts, reach: GradientReach
+) -> list[tuple[cst.Call, CallSite]]:
+    """Calls the analysis cannot see into, between a backward and its step, that may reach the
+    parameters but do not run once per step (outside an accumulation guard): no `unscale_` can
+    precede them, and they see scaled gradients."""
+    found: list[tuple[cst.Call, CallSite]] = []
+    for step in steps:
+        window = _window(step, backwards, facts)
+        if window is None:
+            continue
+        for line, _ in _lines_between(step, *window, facts):
+            if (not runs_with_step(line, step.statement, facts) and not reads_grad(line)
+                    and (call := reach.opaque_call(line)) is not None
+                    and all(call is not seen for seen, _ in found)):
+                found.append((call, step))
+    return found
+
+
+def _window(
+    step: CallSite, backwards: list[CallSite], facts: ModuleFacts
+) -> tuple[int, int] | None:
+    """Source positions of the last backward before `step` in its function, and of `step`."""
+    end = facts.order[step.statement]
+    prior = [facts.order[b.statement] for b in backwards
+             if b.function is step.function and facts.order[b.statement] < end]
+    return (max(prior), end) if prior else None
+
+
+def _lines_between(
+    step: CallSite, start: int, end: int, facts: ModuleFacts
+) -> list[tuple[cst.SimpleStatementLine, int]]:
+    return [(line, position) for line, position in facts.order.items()
+            if isinstance(line, cst.SimpleStatementLine) and start < position < end
+            and (info := facts.statements.get(line)) is not None
+            and info.function is step.function]
+
+
+def runs_with_step(statement: Statement, step: Statement, facts: ModuleFacts) -> bool:
+    """Whenever `statement` runs, `step` follows in the same iteration: no `if` around the
+    step that is not also around `statement` (an accumulation guard). A loop around the step
+    alone steps each optimizer of a container, each unscaled in a loop of its own."""
+    around = set(facts.enclosing_statements(statement))
+    return not any(isinstance(outer, cst.If) and outer not in around
+                   for outer in facts.enclosing_statements(step)[1:])
+
+
+def _call_text(call: cst.Call, facts: ModuleFacts) -> str:
+    text = facts.one_line(call)
+    return text if len(text) <= 60 else f"{facts.one_line(call.func)}(...)"
 
 
 def _dominating(first: Statement, uses: list[Statement], facts: ModuleFacts) -> Statement:

@@ -16,6 +16,7 @@ from amprewrite.analysis.training_step import (
     BACKWARD_WITHOUT_STEP,
     CLOSURE_STEP,
     LOSS_COMPUTED_ELSEWHERE,
+    OPAQUE_CALL_ON_SCALED_GRADIENTS,
     OPTIMIZER_BOUND_ON_SOME_PATHS,
     STEP_WITHOUT_BACKWARD,
     UNKNOWN_STEP_RECEIVER,
@@ -50,6 +51,41 @@ optimizer.step(closure)
         after=None,
         codes=(CLOSURE_STEP, BACKWARD_IN_CLOSURE),
     ),
+    Example(
+        before="""\
+import torch
+from utils import average_gradients
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for i, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    average_gradients(model)
+    if (i + 1) % 4 == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        after="""\
+import torch
+from utils import average_gradients
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for i, (x, y) in enumerate(loader):
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    average_gradients(model)
+    if (i + 1) % 4 == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        codes=(OPAQUE_CALL_ON_SCALED_GRADIENTS,),
+    ),
 )
 
 
@@ -57,8 +93,9 @@ RULE = rule(
     "sites-left-alone",
     (CLOSURE_STEP, BACKWARD_WITHOUT_STEP, UNKNOWN_STEP_RECEIVER, LOSS_COMPUTED_ELSEWHERE,
      BACKWARD_IN_CLOSURE, STEP_WITHOUT_BACKWARD, AUTOGRAD_BACKWARD, BACKWARD_WITH_ARGUMENT,
-     OPTIMIZER_BOUND_ON_SOME_PATHS, PROTOCOL_NOT_KEPT, GRADIENTS_WITHOUT_OPTIMIZER, MANUAL_CAST,
-     AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST, APEX_IMPORT_UNUSED, GRAM_MATRIX),
+     OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
+     GRADIENTS_WITHOUT_OPTIMIZER, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST,
+     APEX_IMPORT_UNUSED, GRAM_MATRIX),
     _plan,
     examples=_SITES_LEFT_ALONE_EXAMPLES,
 )

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 GRADIENTS_UNSCALED = declare(
     "AMP110", CHANGE, "gradients unscaled before clipping or reading them",
     "`scaler.unscale_(optimizer)` runs once per step, before the first code between backward and "
-    "step that clips or reads `.grad`.",
+    "step that clips or reads `.grad`, or that amprewrite cannot see into (a helper from another "
+    "module, a star import or a library) and is handed the model or the optimizer.",
 )
 
 
@@ -78,6 +79,42 @@ for x, y in loader:
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(GRADIENTS_UNSCALED,),
+    ),
+    Example(
+        before="""\
+import torch
+from utils import *
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    print(f"loss {loss.item():.3f}")
+    clip_gradient(optimizer, 5.0)
+    optimizer.step()
+""",
+        after="""\
+import torch
+from utils import *
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    print(f"loss {loss.item():.3f}")
+    scaler.unscale_(optimizer)
+    clip_gradient(optimizer, 5.0)
     scaler.step(optimizer)
     scaler.update()
 """,

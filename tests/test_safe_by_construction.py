@@ -1,0 +1,110 @@
+"""Where the analysis cannot see, the rewrite takes the safe form (or leaves the site alone
+with a finding), never the harmless-looking one."""
+
+from __future__ import annotations
+
+import pytest
+
+from amprewrite.engine import rewrite_source
+from amprewrite.options import Options
+
+STEP = '''\
+import torch
+{imports}
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+logger = logging.getLogger(__name__)
+meter = Meter()
+for i, (x, y) in enumerate(loader):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    {between}
+    optimizer.step()
+'''
+
+
+def _rewrite(between: str, imports: str = "import logging") -> tuple[str, list[str]]:
+    source = STEP.format(imports=imports, between=between)
+    result = rewrite_source(source.encode(), Options())
+    return result.source.decode(), [f.format("t.py") for f in result.findings]
+
+
+@pytest.mark.parametrize(("between", "imports"), [
+    ("clip_gradient(optimizer, 5.0)", "from utils import *"),
+    ("d2l.grad_clipping(model, 1)", "import d2l"),
+    ("utils.clip(model.parameters(), 1)", "import utils"),
+    ("hooks.after_backward(model)", "import hooks"),
+    ("callback.on_after_backward(trainer)", "from callbacks import callback, trainer"),
+    ("sync_grads()", "from utils import *"),  # a star import's module may hold the model
+    ("params = list(model.parameters()); scale_grads(params)", "from utils import scale_grads"),
+])
+def test_a_call_that_may_reach_the_parameters_is_preceded_by_unscale(
+    between: str, imports: str
+) -> None:
+    output, findings = _rewrite(between, imports)
+    lines = output.splitlines()
+    unscale = lines.index("    scaler.unscale_(optimizer)")
+    assert lines[unscale + 1] == f"    {between}"
+    assert any("AMP110" in f and "cannot see into" in f for f in findings)
+
+
+@pytest.mark.parametrize("between", [
+    'print(f"loss {loss.item():.3f}")',
+    'logger.info("loss %.3f", loss.item())',
+    "meter.update(loss.item(), x.size(0))",
+    "torch.cuda.synchronize()",
+    "losses.append(loss.detach())",
+    "n = sum(p.numel() for p in model.parameters())",
+])
+def test_a_call_given_only_values_needs_no_unscale(between: str) -> None:
+    output, findings = _rewrite(between)
+    assert "unscale_" not in output
+    assert not any("AMP110" in f for f in findings)
+
+
+def test_a_call_outside_the_accumulation_guard_is_reported_not_unscaled() -> None:
+    """`unscale_` there would run on every micro-batch (and raise on the second)."""
+    source = '''\
+import torch
+from utils import average_gradients
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for i, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    average_gradients(model)
+    if (i + 1) % 4 == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+'''
+    result = rewrite_source(source.encode(), Options())
+    assert b"unscale_" not in result.source
+    findings = [f.format("t.py") for f in result.findings]
+    assert ("t.py:9:5: AMP213 `average_gradients(...)` runs before `optimizer.step()` on every "
+            "micro-batch, where its gradients are still scaled; left as is") in findings
+
+
+def test_an_inherited_method_is_opaque() -> None:
+    """`self.clip_gradients()` comes from a base class in another module."""
+    source = '''\
+import torch
+from base import BaseTrainer
+
+
+class Trainer(BaseTrainer):
+    def __init__(self, model):
+        self.model = model
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step(self, x, y):
+        self.optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        loss.backward()
+        self.clip_gradients()
+        self.optimizer.step()
+'''
+    output = rewrite_source(source.encode(), Options()).source.decode()
+    assert "self.scaler.unscale_(self.optimizer)\n        self.clip_gradients()" in output
