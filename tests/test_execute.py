@@ -87,6 +87,7 @@ RUNNABLE = [
     Runnable("rule_clip_norm_method"),
     Runnable("saliency_and_train"),
     Runnable("rule_opaque_clip_helpers"),
+    Runnable("rule_learner_object_backward"),
 ]
 
 

@@ -76,6 +76,7 @@ KEPT_BY_REVERT = {
     "rule_bce_inline_forward": b"discriminator_out = discriminator(gen_imgs)",
     "rule_bce_inline_backward": b"bce(model_out.float(), y).backward()",
     "sigmoid_forward_bce": b"self.sigmoid(output.float())",
+    "rule_learner_object_backward": b"self.loss_func(self.pred.float(), y)",
     "attention_mask_fill": b"torch.finfo(att.dtype).min",  # the fill, right in every dtype
     # float32 values passed out of autocast: to a gradient penalty, to a distribution
     "wgan_gp_penalty": b"fake_imgs.data.float()",

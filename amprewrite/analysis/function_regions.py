@@ -48,6 +48,8 @@ class FunctionRegions:
     producers: list[Region] = field(default_factory=list)  # where stored outputs are computed
     casts: list[cst.BaseExpression] = field(default_factory=list)  # arguments to `.float()`
     notes: list[Note] = field(default_factory=list)  # calls kept out of autocast
+    # backward calls whose loss is computed elsewhere and autocast where it is (by id)
+    produced: set[int] = field(default_factory=set)
 
     @property
     def all_regions(self) -> list[Region]:
@@ -58,8 +60,7 @@ def place_regions(
     training: TrainingSteps, facts: ModuleFacts, kinds: KindTable
 ) -> FunctionRegions:
     result = FunctionRegions()
-    if not training.regions:
-        result.regions = training.regions
+    if not training.backwards:
         return result
     summaries = Summaries(facts, kinds)
     helpers = _shared_helpers(training.regions, facts, kinds, summaries)
@@ -267,6 +268,7 @@ def _move_to_producers(
         if not producers:
             continue
         result.producers.extend(producers)
+        result.produced.add(id(site.call))
         if region is not None:
             kept = [r for r in kept if r.block is not region.block] + [
                 r for r in (_from_first_loss(r, summaries) for r in kept

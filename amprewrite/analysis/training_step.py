@@ -100,6 +100,13 @@ OPAQUE_CALL_ON_SCALED_GRADIENTS = declare(
     "move it inside the guard, after `scaler.unscale_(optimizer)`.",
 )
 
+BACKWARD_OF_NON_TENSOR = declare(
+    "AMP214", SKIP, "`.backward()` of an object that is not a tensor",
+    "`self.backward()` or `learner.backward()` is a training-loop object's own method (a "
+    "fastai-style Learner, a trainer class), not a loss tensor's: it cannot be scaled. The "
+    "tensor's backward inside that method is rewritten where amprewrite sees it.",
+)
+
 
 @dataclass(frozen=True)
 class Note:
@@ -165,6 +172,11 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                 result.notes.append(Note(BACKWARD_WITH_ARGUMENT, site.call,
                                          f"`{facts.one_line(site.call)}` "
                                          "is not a plain loss backward; left unchanged"))
+            elif _not_a_tensor(site.call.func.value, facts, kinds):  # type: ignore[attr-defined]
+                text = facts.one_line(site.call.func.value)  # type: ignore[attr-defined]
+                result.notes.append(Note(BACKWARD_OF_NON_TENSOR, site.call,
+                                         f"`{text}.backward()`: `{text}` is not a tensor but "
+                                         "an object with a backward method; left unchanged"))
             else:
                 backwards.append(site)
         elif is_step_call(site.call):
@@ -254,6 +266,28 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                                      "function; wrap its forward pass in `autocast()` there"))
     result.regions = merge_regions(regions, facts)
     return result
+
+
+def _not_a_tensor(receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable) -> bool:
+    """`self`, a model or optimizer, or an object every binding builds from a class that is
+    not torch's (`learn = Learner(...)`): whatever its `.backward()` does, it is no loss."""
+    key = receiver_key(receiver)
+    if key is None:
+        return False
+    if key in ("self", "cls") or kinds.of(key) in (Kind.MODEL, Kind.OPTIMIZER, Kind.SCHEDULER):
+        return True
+    values = [b.value for b in facts.bindings if b.keys == (key,)]
+    return bool(values) and all(_builds_object(value, facts) for value in values)
+
+
+def _builds_object(value: cst.BaseExpression, facts: ModuleFacts) -> bool:
+    if not isinstance(value, cst.Call):
+        return False
+    name = dotted(value.func)
+    if name is None or not name.rsplit(".", 1)[-1][:1].isupper():
+        return False
+    resolved = facts.imports.resolve(value.func)
+    return resolved is None or not resolved.startswith("torch.")
 
 
 # Step sites ---------------------------------------------------------------------------------

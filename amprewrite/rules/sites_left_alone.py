@@ -12,6 +12,7 @@ from amprewrite.analysis.scaler_protocol import GRADIENTS_WITHOUT_OPTIMIZER, PRO
 from amprewrite.analysis.training_step import (
     AUTOGRAD_BACKWARD,
     BACKWARD_IN_CLOSURE,
+    BACKWARD_OF_NON_TENSOR,
     BACKWARD_WITH_ARGUMENT,
     BACKWARD_WITHOUT_STEP,
     CLOSURE_STEP,
@@ -26,7 +27,10 @@ from amprewrite.rules.registry import Example, rule
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
-    ctx.notes.extend([*analysis.training.notes, *analysis.hazards])
+    produced = analysis.function_regions.produced  # autocast where the loss is computed
+    notes = [note for note in analysis.training.notes
+             if not (note.code is LOSS_COMPUTED_ELSEWHERE and id(note.node) in produced)]
+    ctx.notes.extend([*notes, *analysis.hazards])
 
 
 _SITES_LEFT_ALONE_EXAMPLES = (
@@ -95,7 +99,7 @@ RULE = rule(
      BACKWARD_IN_CLOSURE, STEP_WITHOUT_BACKWARD, AUTOGRAD_BACKWARD, BACKWARD_WITH_ARGUMENT,
      OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
      GRADIENTS_WITHOUT_OPTIMIZER, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST,
-     APEX_IMPORT_UNUSED, GRAM_MATRIX),
+     APEX_IMPORT_UNUSED, GRAM_MATRIX, BACKWARD_OF_NON_TENSOR),
     _plan,
     examples=_SITES_LEFT_ALONE_EXAMPLES,
 )
