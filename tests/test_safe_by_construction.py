@@ -7,6 +7,7 @@ import pytest
 
 from amprewrite.engine import rewrite_source
 from amprewrite.options import Options
+from tests.execution import BFLOAT16, DTYPE_ENVS, FIXTURES_DIR, FLOAT16, FLOAT32, Job, run_scripts
 
 STEP = '''\
 import torch
@@ -108,3 +109,32 @@ class Trainer(BaseTrainer):
 '''
     output = rewrite_source(source.encode(), Options()).source.decode()
     assert "self.scaler.unscale_(self.optimizer)\n        self.clip_gradients()" in output
+
+
+# Flags are kept ----------------------------------------------------------------------------
+FLAG_CASES = {"lint_flag_gated_amp": "--use-amp", "migrate_apex_behind_flag": "--amp"}
+
+
+@pytest.mark.parametrize("name", sorted(FLAG_CASES))
+def test_without_its_flag_a_rewritten_script_trains_in_fp32_as_before(name: str) -> None:
+    """The FP32 branch of flag-gated AMP never meets a scaler that only the flag creates
+    (UnboundLocalError), nor one created where the flag is not bound (NameError)."""
+    directory = FIXTURES_DIR / name
+    fp32, rewritten = run_scripts([Job.of(directory / "input.py"),
+                                   Job.of(directory / "expected_O1.py")])
+    assert fp32.ok and rewritten.ok, rewritten.explain()
+    assert set(rewritten.train_dtypes) == {FLOAT32}
+    assert rewritten.losses == fp32.losses
+
+
+@pytest.mark.parametrize("dtype", [BFLOAT16, FLOAT16])
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_with_its_flag_a_migrated_apex_script_trains_at_its_level(level: str, dtype: str) -> None:
+    directory = FIXTURES_DIR / "migrate_apex_behind_flag"
+    fp32, amp = run_scripts([
+        Job.of(directory / "input.py"),
+        Job.of(directory / "expected_O1.py", ["--amp", "--opt-level", level], DTYPE_ENVS[dtype])])
+    assert amp.ok, amp.explain()
+    assert set(amp.train_dtypes) == {dtype}
+    assert amp.autocast_forwards > 0 if level == "O1" else amp.autocast_forwards == 0
+    assert amp.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.1)

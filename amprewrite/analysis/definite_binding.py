@@ -30,6 +30,21 @@ def bound_on_every_path(key: str, statement: Statement, facts: ModuleFacts) -> b
         current = parent
 
 
+def may_be_unbound(key: str, statement: Statement, facts: ModuleFacts) -> bool:
+    """`key` may not exist where `statement` runs: it is assigned in the statement's function
+    but not on every path (`if args.amp: scaler = GradScaler()`), or only in other scopes
+    (the module, `__init__`) and there only on some paths. A parameter, or a key bound where
+    this file cannot see, counts as bound."""
+    function = facts.statements[statement].function
+    scopes = {b.function for b in facts.bindings if key in b.keys}
+    if function in scopes:
+        return not bound_on_every_path(key, statement, facts)
+    if not scopes or (function is not None
+                      and key in {n for names in facts.parameters(function) for n in names}):
+        return False
+    return not any(bound_in_scope(key, scope, facts) for scope in scopes)
+
+
 def bound_in_scope(key: str, function: cst.FunctionDef | None, facts: ModuleFacts) -> bool:
     """True when running `function` (or the module) to its end assigns `key` on every path."""
     body = facts.module.body if function is None else function.body.body

@@ -9,6 +9,7 @@ import libcst as cst
 
 from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.checkpoints import Checkpoints
+from amprewrite.analysis.definite_binding import may_be_unbound
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.hazards import manual_casts
 from amprewrite.analysis.kinds import Kind, KindTable
@@ -102,6 +103,8 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
     unscales = [s for s in facts.calls if _scaler_call(s.call, usage, "unscale_")]
     training = {s.function for s in scaled_steps}
     for site in facts.calls:
+        if may_be_unbound(scaler, site.statement, facts):
+            continue  # the FP32 path of AMP behind a flag: `if args.amp: scaler = ...`
         if is_backward_call(site.call) and not site.call.args and site.function in training:
             receiver = site.call.func.value  # type: ignore[attr-defined]
             if not (isinstance(receiver, cst.Call) and _scaler_call(receiver, usage, "scale")):

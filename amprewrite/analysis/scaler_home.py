@@ -11,6 +11,7 @@ The rule, narrowest scope first:
 
 from __future__ import annotations
 
+import builtins
 import re
 from dataclasses import dataclass
 from typing import Protocol
@@ -18,6 +19,7 @@ from typing import Protocol
 import libcst as cst
 
 from amprewrite.analysis.facts import Block, ModuleFacts, Statement
+from amprewrite.analysis.names import iter_keys
 
 SCALER_NAMES = ("scaler", "grad_scaler", "amp_scaler")
 # Every name the rewrite may give the scaler: one of SCALER_NAMES, or the first with the
@@ -61,6 +63,25 @@ def find_scaler_home(
         if home is not None:
             return home
     return ScalerHome(name, facts.module, global_index, "global")
+
+
+def bound_before(arguments: tuple[str, ...], index: int, facts: ModuleFacts) -> bool:
+    """Every name the scaler's arguments read (`args` in `GradScaler(args.opt_level)`) exists
+    at module level before the statement at `index`: imported, or assigned by a top-level
+    statement above it."""
+    bound = set(facts.imports.aliases) | set(dir(builtins))
+    for statement in facts.module.body[:index]:
+        bound |= {key for b in facts.bindings if b.statement is statement for key in b.keys}
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+            bound.add(statement.name.value)
+    read = {key.split(".", 1)[0] for argument in arguments
+            for key in iter_keys(cst.parse_expression(argument.split("=", 1)[-1]
+                                                      if _keyword(argument) else argument))}
+    return read <= bound
+
+
+def _keyword(argument: str) -> bool:
+    return re.match(r"[A-Za-z_]\w*=(?!=)", argument) is not None
 
 
 def attribute_home(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.definite_binding import bound_in_scope, bound_on_every_path
+from amprewrite.analysis.definite_binding import bound_on_every_path, may_be_unbound
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
 from amprewrite.analysis.forward import computes, is_model_call
 from amprewrite.analysis.kinds import (
@@ -409,19 +409,9 @@ def _over_elements(
 
 
 def _maybe_unbound(step: CallSite, facts: ModuleFacts) -> bool:
-    """The stepped optimizer may not exist on some path reaching the step: it is assigned in
-    this function but not on every path (`if args.use_optimizer: optimizer = ...`), or only
-    elsewhere (the module, `__init__`) and there only on some paths."""
+    """The stepped optimizer may not exist on some path reaching the step."""
     key = receiver_key(step.call.func.value)  # type: ignore[attr-defined]
-    if key is None:
-        return False
-    scopes = {b.function for b in facts.bindings if key in b.keys}
-    if step.function in scopes:
-        return not bound_on_every_path(key, step.statement, facts)
-    if not scopes or (step.function is not None
-                      and key in {n for names in facts.parameters(step.function) for n in names}):
-        return False  # a parameter, or bound where this file cannot see
-    return not any(bound_in_scope(key, scope, facts) for scope in scopes)
+    return key is not None and may_be_unbound(key, step.statement, facts)
 
 
 def _unguarded_none(unscale: Unscale, facts: ModuleFacts) -> bool:

@@ -19,7 +19,13 @@ import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.names import FreshNames, receiver_key
-from amprewrite.analysis.scaler_home import SCALER_NAMES, Use, attribute_home, find_scaler_home
+from amprewrite.analysis.scaler_home import (
+    SCALER_NAMES,
+    Use,
+    attribute_home,
+    bound_before,
+    find_scaler_home,
+)
 from amprewrite.options import Options
 from amprewrite.recipes import Recipe
 from amprewrite.rules import (
@@ -42,7 +48,7 @@ from amprewrite.rules import (
     unscaling,
 )
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.styles import Needs, plain_style, runtime_style
+from amprewrite.rules.styles import Needs, defer_to_initialize, plain_style, runtime_style
 from amprewrite.transform import Insert, Replace
 
 if TYPE_CHECKING:
@@ -67,6 +73,9 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     style = (plain_style if options.plain else runtime_style)(
         facts, options, needs, analysis.scaler_arguments, names)
     ctx = RuleContext(facts, options, style.autocast, style=style, names=names)
+    carried = analysis.scaler_arguments
+    ctx.level_at_run_time = bool(carried) and not carried[0].startswith(('"O', "'O", "keep_",
+                                                                      "master_", "loss_"))
     if not analysis.escapes.stuck:
         autocast.decide_hoisted_losses(ctx, [r for s in regions.splits(analysis)
                                              for r in s.regions])
@@ -88,6 +97,11 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
         home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis), name)
         ctx.scaler_home = home
         ctx.scaler_expr = home.expression
+        carried = analysis.scaler_arguments
+        if (home.scope == "global" and carried and ctx.style is not None
+                and not bound_before(carried, home.index, ctx.facts)):
+            ctx.style.scaler, ctx.initialize_arguments = defer_to_initialize(
+                ctx.style.scaler, carried)
     if options.plain:
         scheduler.decide_scale_variables(ctx, analysis.schedulers)
 

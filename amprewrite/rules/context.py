@@ -44,6 +44,10 @@ class RuleContext:
     # arguments as the script's own source text (`opt_level=args.opt_level`).
     next_options: Options | None = None
     scaler_arguments: tuple[str, ...] | None = None
+    # what `scaler.initialize(model, optimizer, ...)` passes after those two: a migration's
+    # opt level and properties that only the function building the optimizer can read
+    initialize_arguments: tuple[str, ...] = ()
+    level_at_run_time: bool = False  # a migration's opt level is an expression (`args.level`)
 
     def __post_init__(self) -> None:
         if self.names is None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amprewrite.analysis.apex_amp import ApexAmp
+from amprewrite.analysis.facts import Statement
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
@@ -51,12 +52,12 @@ _PROPERTIES = ("keep_batchnorm_fp32", "master_weights", "loss_scale")
 
 def remove_apex(ctx: RuleContext, apex: ApexAmp) -> Options:
     """Plan the removal of apex.amp; return the options the native rewrite must use."""
-    for statement in [*apex.imports, *apex.state_statements]:
+    for statement in _emptied(apex, ctx):
         ctx.plan.replaces.append(Replace(statement, remove))
     options = ctx.options
     for statement, call in apex.initialize:
         ctx.plan.replaces.append(Replace(statement, _without_initialize(statement, call)))
-        options = _options_from(call, ctx)
+        options = _options_from(call, _flag_of(statement, ctx), ctx)
         ctx.notes.append(Note(APEX_INITIALIZE_MIGRATED, statement,
                               "apex `amp.initialize(...)` migrated: a "
                               "native `GradScaler` with the same opt level and properties"))
@@ -85,8 +86,37 @@ def remove_apex(ctx: RuleContext, apex: ApexAmp) -> Options:
     return options
 
 
-def _options_from(call: cst.Call, ctx: RuleContext) -> Options:
-    """The opt level and properties `amp.initialize` was given, as `GradScaler` arguments."""
+def _flag_of(statement: Statement, ctx: RuleContext) -> str | None:
+    """`args.amp` for an `amp.initialize` run only `if args.amp:` (its `if`'s body, no
+    `else`): apex is then off unless the flag is set, and stays so."""
+    parent = ctx.facts.statements[statement].parent
+    if (isinstance(parent, cst.If) and parent.orelse is None
+            and statement in parent.body.body):
+        return ctx.facts.one_line(parent.test)
+    return None
+
+
+def _emptied(apex: ApexAmp, ctx: RuleContext) -> list[Statement]:
+    """The statements to take out: apex's imports and state, and the initialize calls that
+    keep no bindings; an `if args.amp:` left with nothing else in it goes whole."""
+    gone = [*apex.imports, *apex.state_statements]
+    gone += [statement for statement, call in apex.initialize
+             if _without_initialize(statement, call)(statement) is cst.RemoveFromParent()]
+    taken: list[Statement] = []
+    for statement in gone:
+        parent = ctx.facts.statements[statement].parent
+        if (isinstance(parent, cst.If) and parent.orelse is None
+                and all(s in gone for s in parent.body.body)):
+            if parent not in taken:
+                taken.append(parent)
+        else:
+            taken.append(statement)
+    return taken
+
+
+def _options_from(call: cst.Call, flag: str | None, ctx: RuleContext) -> Options:
+    """The opt level and properties `amp.initialize` was given, as `GradScaler` arguments;
+    behind a flag, the level is "O0" (FP32) when the flag is not set."""
     keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
     code = ctx.facts.module.code_for_node
     arguments = []
@@ -97,6 +127,10 @@ def _options_from(call: cst.Call, ctx: RuleContext) -> Options:
         level = literal if literal in OPT_LEVELS else "O2"  # dynamic: keep initialize in place
         if literal != "O1":
             arguments.append(code(level_node))
+    if flag is not None:
+        level_code = arguments.pop(0) if arguments else '"O1"'
+        arguments.insert(0, f'{level_code} if {flag} else "O0"')
+        level = "O2"  # the level is chosen at run time: the rewrite holds at every level
     for name in _PROPERTIES:
         if name in keywords:
             arguments.append(f"{name}={code(keywords[name])}")

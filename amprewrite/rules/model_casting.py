@@ -61,12 +61,15 @@ def initialize_models(
                                   f".initialize(model, {build.optimizer})` by hand"))
             continue
         models = build.models[0] if len(build.models) == 1 else f"[{', '.join(build.models)}]"
-        code = f"{ctx.scaler_expr}.initialize({models}, {build.optimizer})"
+        arguments = ", ".join([models, build.optimizer, *ctx.initialize_arguments])
+        code = f"{ctx.scaler_expr}.initialize({arguments})"
         block, index = ctx.facts.position(statement)
         index = max(index + 1, home.index) if block is home.block else index + 1
         ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(code)]))
+        level = ("the opt level it runs at, when O2 or O3" if ctx.level_at_run_time
+                 else ctx.options.opt_level)
         ctx.notes.append(Note(MODEL_INITIALIZED, statement, f"`{code}` casts the model for "
-                              f"{ctx.options.opt_level}"))
+                              f"{level}"))
 
 
 def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:

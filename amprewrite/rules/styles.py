@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from amprewrite.analysis.facts import ModuleFacts
@@ -80,6 +81,21 @@ def _scaler_arguments(
     if needs.sharded:
         arguments.append("sharded=True")
     return arguments
+
+
+_KEYWORD = re.compile(r"[A-Za-z_]\w*=(?!=)")
+
+
+def defer_to_initialize(scaler: str, carried: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """A migration's scaler arguments that name what only a function binds (`args`), for a
+    scaler created at module level: `GradScaler(args.opt_level, keep_batchnorm_fp32=k)`
+    becomes `GradScaler()`, and `initialize(model, optimizer, ...)` where the optimizer is
+    built passes `opt_level=args.opt_level, keep_batchnorm_fp32=k`."""
+    constructor = scaler.split("(", 1)[0]
+    kept = "sharded=True" if scaler.endswith("sharded=True)") else ""
+    moved = tuple(argument if _KEYWORD.match(argument) else f"opt_level={argument}"
+                  for argument in carried)
+    return f"{constructor}({kept})", moved
 
 
 def plain_style(

@@ -51,23 +51,18 @@ class GradScaler:
         growth_interval: int = 2000,
     ) -> None:
         self._policy = policy = current_policy()
-        policy.declare(opt_level, as_dtype(dtype))
-        self.opt_level = policy.opt_level(opt_level)
-        if opt_level is not None and self.opt_level != opt_level:
-            keep_batchnorm_fp32 = master_weights = loss_scale = None  # the script's overrides
-        self.properties: Properties = properties_for(
-            self.opt_level, keep_batchnorm_fp32, master_weights, loss_scale)
-        static = self.properties.loss_scale != "dynamic"
         self._dtype = dtype
+        self._init_scale = float(init_scale)
+        self._state: dict[str, Any] = {
+            "scale": self._init_scale,
+            "growth_factor": float(growth_factor), "backoff_factor": float(backoff_factor),
+            "growth_interval": int(growth_interval), "growth_tracker": 0,
+        }
+        self._configure(opt_level, keep_batchnorm_fp32, master_weights, loss_scale)
         self._device_type = device_type_of(device_type) if device_type else None
         if self._device_type:
             policy.observe_device(self._device_type)  # autocast regions use it from now on
         self._sharded = sharded
-        self._state: dict[str, Any] = {
-            "scale": float(self.properties.loss_scale) if static else float(init_scale),
-            "growth_factor": float(growth_factor), "backoff_factor": float(backoff_factor),
-            "growth_interval": int(growth_interval), "growth_tracker": 0,
-        }
         self._scaler: torch.amp.GradScaler | None = None
         self._masters: dict[int, MasterWeights] = {}
         self._initialized = False
@@ -95,13 +90,29 @@ class GradScaler:
 
     # Setup (O2/O3) -----------------------------------------------------------------------
     def initialize(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        opt_level: str | None = None,
+        *,
+        keep_batchnorm_fp32: bool | str | None = None,
+        master_weights: bool | str | None = None,
+        loss_scale: str | float | None = None,
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
         """Cast `model` for O2/O3 and give `optimizer` float32 master weights (O2).
 
         A no-op at O0/O1, so a script rewritten at O2 also runs at O0/O1 through
-        `AMPREWRITE_OPT_LEVEL`. Returns the same objects, changed in place.
+        `AMPREWRITE_OPT_LEVEL`. Returns the same objects, changed in place. An opt level or
+        property given here replaces the scaler's, as apex's `amp.initialize` set them where
+        the script knows them (`opt_level=args.opt_level if args.amp else "O0"`); only
+        before the first `scale()`.
         """
+        if opt_level is not None or any(value is not None for value in (
+                keep_batchnorm_fp32, master_weights, loss_scale)):
+            if self._scaler is not None:
+                raise RuntimeError("GradScaler.initialize(opt_level=...) must come before the "
+                                   "first scale()")
+            self._configure(opt_level, keep_batchnorm_fp32, master_weights, loss_scale)
         self._initialized = True
         self._passthrough = False  # master weights may follow: the full path from now on
         if not self.properties.cast_model:
@@ -240,6 +251,24 @@ class GradScaler:
             self._scaler.load_state_dict(self._native_state())
 
     # Internals ----------------------------------------------------------------------------
+    def _configure(
+        self,
+        opt_level: str | None,
+        keep_batchnorm_fp32: bool | str | None,
+        master_weights: bool | str | None,
+        loss_scale: str | float | None,
+    ) -> None:
+        """Declare the opt level to the policy (the environment's wins, and then the
+        script's property overrides are dropped) and set the properties and initial scale."""
+        self._policy.declare(opt_level, as_dtype(self._dtype))
+        self.opt_level = self._policy.opt_level(opt_level)
+        if opt_level is not None and self.opt_level != opt_level:
+            keep_batchnorm_fp32 = master_weights = loss_scale = None  # the script's overrides
+        self.properties: Properties = properties_for(
+            self.opt_level, keep_batchnorm_fp32, master_weights, loss_scale)
+        static = self.properties.loss_scale != "dynamic"
+        self._state["scale"] = float(self.properties.loss_scale) if static else self._init_scale
+
     def _scale_state(self) -> dict[str, Any]:
         """The scale and its growth settings: torch's once scaling, else those pending."""
         if not self.is_enabled():

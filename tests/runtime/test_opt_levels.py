@@ -216,3 +216,30 @@ def test_o2_without_initialize_warns_once_and_trains_the_uncast_model() -> None:
     assert len([w for w in warned if "never called" in str(w.message)]) == 1
     assert model.weight.dtype == torch.float32
     assert not torch.equal(model.weight, before)
+
+
+@pytest.mark.parametrize(("level", "cast", "autocast_on"), [
+    ("O0", False, False), ("O1", False, True), ("O2", True, False)])
+def test_initialize_with_an_opt_level_sets_it_where_the_script_knows_it(
+    level: str, cast: bool, autocast_on: bool
+) -> None:
+    """A migrated apex script: a module-level `GradScaler()` (O1) configured later by
+    `initialize(model, optimizer, opt_level=...)`, where the script's flags are bound."""
+    model = _net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = GradScaler()
+    scaler.initialize(model, optimizer, opt_level=level, keep_batchnorm_fp32=True)
+    assert scaler.opt_level == level
+    assert (model[0].weight.dtype != torch.float32) == cast
+    assert model[1].weight.dtype == torch.float32  # batchnorm kept FP32 where asked
+    with autocast():
+        assert torch.is_autocast_enabled("cpu") == autocast_on
+
+
+def test_initialize_cannot_change_the_level_after_scaling() -> None:
+    model = _net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = GradScaler()
+    scaler.scale(model(torch.randn(4, 8)).sum()).backward()
+    with pytest.raises(RuntimeError, match="before the first scale"):
+        scaler.initialize(model, optimizer, opt_level="O2")
