@@ -88,6 +88,7 @@ RUNNABLE = [
     Runnable("saliency_and_train"),
     Runnable("rule_opaque_clip_helpers"),
     Runnable("rule_learner_object_backward"),
+    Runnable("rule_escape_samples_and_distances", rtol=0.1, fp16_rtol=0.1),
 ]
 
 

@@ -22,7 +22,7 @@ from amprewrite.analysis.forward import is_loss_call, is_model_call
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted, receiver_key, target_keys
 from amprewrite.analysis.training_step import Region
-from amprewrite.analysis.tree import children
+from amprewrite.analysis.tree import children, descendants
 from amprewrite.analysis.unsafe_losses import unsafe_calls
 
 # Results that are never a low-precision floating tensor.
@@ -51,6 +51,19 @@ _MIXING_TORCH = frozenset({
     "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "scaled_dot_product_attention", "embedding",
 })
+# Functions with no low-precision kernels (`"cdist" not implemented for 'BFloat16'`, linalg's
+# "Low precision dtypes not supported") or whose tensor inputs must share one dtype although
+# they are not matmuls (`torch.dot`, `torch.lerp`, `F.grid_sample`): outside autocast, their
+# low-precision arguments become float32.
+_FLOAT32_TORCH = frozenset({
+    "cdist", "dot", "mv", "inner", "outer", "cross", "tensordot", "lerp", "addmv", "addbmm",
+    "chain_matmul", "quantile", "nanquantile", "svd", "pinverse", "inverse", "det", "logdet",
+    "slogdet", "cholesky", "qr", "lstsq", "polar", "complex", "grid_sample", "prelu",
+})
+_FLOAT32_MODULES = ("torch.linalg", "torch.fft")
+# Methods whose result may be an integer tensor although the object is low precision
+# (`Categorical(logits=out).sample()`): casts of what they return leave integers alone.
+_MAYBE_INTEGER_METHODS = frozenset({"sample", "sample_n", "multinomial", "enumerate_support"})
 # Libraries whose functions (and the objects they build: a SummaryWriter, a wandb run) turn
 # tensor arguments into numpy arrays, which have no bfloat16: `np.asarray(out)`,
 # `roc_auc_score(y, probs)`, `plt.plot(pred)`, `writer.add_histogram("out", out)`.
@@ -71,6 +84,7 @@ class Escape:
     node: cst.BaseExpression  # what to cast
     statement: Statement  # where the use is
     use: str  # e.g. "`.numpy()`", "the float32 model `netD`"
+    floating: bool = True  # False: it may be an integer tensor, which a cast must not touch
 
 
 @dataclass(frozen=True)
@@ -264,6 +278,7 @@ class _Scope:
         self.returned_containers: tuple[bool, ...] = ()  # which returned values are containers
         self.layers: set[str] = set()  # loop variables over a model's submodules
         self.counters: set[str] = set()  # loop variables counting (`for i in range(n)`)
+        self.maybe_integer: set[str] = set()  # keys that may hold an integer tensor (samples)
 
     # Statements ---------------------------------------------------------------------------
     def block(self, body: Iterable[cst.CSTNode]) -> None:
@@ -378,11 +393,16 @@ class _Scope:
                 self.low.add(key)
                 self.containers.add(key)
             return
+        integer = value is not None and self.may_be_integer(value)
         for key in target_keys(target):
             if low:
                 self.low.add(key)
             else:
                 self.low.discard(key)
+            if integer:
+                self.maybe_integer.add(key)
+            else:
+                self.maybe_integer.discard(key)
             if isinstance(value, cst.List | cst.ListComp | cst.Dict | cst.Tuple):
                 self.containers.add(key)
                 self.appended.setdefault(key, [])
@@ -477,6 +497,9 @@ class _Scope:
             use = f"the float32 model `{dotted(func)}`"
         elif module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
             use = f"`{dotted(func)}` with float32 weights"
+        elif (module in ("torch", "torch.nn.functional") and last in _FLOAT32_TORCH) or (
+                module.startswith(_FLOAT32_MODULES)):
+            use = f"`{dotted(func)}`, which needs float32 (or one dtype) outside autocast"
         elif is_loss_call(call, self.s.facts, kinds):
             use = f"the loss `{dotted(func) or 'call'}` with float32 inputs"
             if not unsafe_calls(call, self.s.facts, kinds):
@@ -572,7 +595,17 @@ class _Scope:
         self.s.skip.add(id(node))
         statement = statement or self.statement
         assert statement is not None
-        self.s.result.casts.append(Escape(node, statement, use))
+        self.s.result.casts.append(Escape(node, statement, use, not self.may_be_integer(node)))
+
+    def may_be_integer(self, node: cst.CSTNode) -> bool:
+        """`node` reads a sample (`dist.sample()`, `action` bound from one): its dtype is the
+        distribution's, an integer one for a categorical."""
+        for child in descendants(node):
+            key = receiver_key(child) if isinstance(child, cst.BaseExpression) else None
+            if (key is not None and key in self.maybe_integer) or (
+                    isinstance(child, cst.Call) and _method(child) in _MAYBE_INTEGER_METHODS):
+                return True
+        return False
 
     def is_container(self, node: cst.BaseExpression) -> bool:
         """Whether `node` names a list or dict of tensors whose filling no cast reaches."""

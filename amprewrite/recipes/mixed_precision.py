@@ -68,6 +68,8 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         custom_functions=bool(analysis.custom_functions),
         sharded=analysis.sharded,
         reproducible=options.reproducible,
+        integer_safe_casts=not analysis.escapes.stuck
+        and any(not escape.floating for escape in analysis.escapes.casts),
     )
     names = FreshNames(facts.names)
     style = (plain_style if options.plain else runtime_style)(

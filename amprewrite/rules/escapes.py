@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import libcst as cst
 
 from amprewrite.analysis.escapes import Escapes
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.edits import as_float
+from amprewrite.rules.edits import as_float, as_receiver
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace
 
@@ -42,10 +45,30 @@ def cast_escapes(ctx: RuleContext, escapes: Escapes) -> None:
     if escapes.stuck:
         return
     for escape in escapes.casts:
-        ctx.plan.replaces.append(Replace(escape.node, as_float))
-        ctx.notes.append(Note(CAST_AFTER_AUTOCAST, escape.node,
-                              f"`{_short(code_for(escape.node))}` is "
-                              f"low precision after autocast: cast to float32 for {escape.use}"))
+        text = _short(code_for(escape.node))
+        if escape.floating:
+            ctx.plan.replaces.append(Replace(escape.node, as_float))
+            message = f"`{text}` is low precision after autocast: cast to float32"
+        else:
+            ctx.plan.replaces.append(Replace(escape.node, _floating_only(ctx)))
+            message = (f"`{text}` may be low precision after autocast (or an integer sample, "
+                       "left as it is): cast to float32 if floating")
+        ctx.notes.append(Note(CAST_AFTER_AUTOCAST, escape.node, f"{message} for {escape.use}"))
+
+
+def _floating_only(ctx: RuleContext) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A cast that leaves integer tensors alone (a categorical sample stays int64):
+    `to_float32(x)` from the runtime, else `(x.float() if x.is_floating_point() else x)`."""
+    helper = ctx.style.float32_cast if ctx.style is not None else ""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.BaseExpression)
+        if helper:
+            return cst.Call(func=cst.Name(helper), args=[cst.Arg(node)])
+        code = ctx.facts.module.code_for_node(as_receiver(node))
+        return ctx.parse_expression(f"({code}.float() if {code}.is_floating_point() else {code})")
+
+    return build
 
 
 def _short(text: str) -> str:

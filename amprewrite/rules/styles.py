@@ -21,6 +21,7 @@ class Needs:
     custom_functions: bool
     sharded: bool  # FSDP
     reproducible: bool = False
+    integer_safe_casts: bool = False  # a value that may be an integer tensor is cast
 
 
 @dataclass
@@ -33,6 +34,9 @@ class Style:
     scaler: str = ""  # the scaler constructor expression
     decorators: Decorators | None = None
     seeding: str = ""  # the local name of `enable_reproducibility`
+    # casts floating tensors only (`to_float32(x)`); empty: `x.float() if
+    # x.is_floating_point() else x`
+    float32_cast: str = ""
 
 
 def runtime_style(
@@ -43,10 +47,11 @@ def runtime_style(
     symbols = [name for name, used in (
         ("GradScaler", needs.scaler), ("autocast", needs.autocast),
         ("custom_bwd", needs.custom_functions), ("custom_fwd", needs.custom_functions),
-        ("enable_reproducibility", needs.reproducible),
+        ("enable_reproducibility", needs.reproducible), ("to_float32", needs.integer_safe_casts),
     ) if used]
     import_code, local = runtime_import(facts, symbols, names)
-    style = Style(imports=[import_code], seeding=local.get("enable_reproducibility", ""))
+    style = Style(imports=[import_code], seeding=local.get("enable_reproducibility", ""),
+                  float32_cast=local.get("to_float32", ""))
     dtype = f'dtype="{options.dtype}"' if options.dtype else ""
     if needs.autocast:
         style.autocast = f"{local['autocast']}({dtype})"

@@ -10,6 +10,7 @@ Reproducible data loading lives in `amprewrite_runtime.data`. Depends on torch o
 """
 
 from amprewrite_runtime.autocast import autocast, custom_bwd, custom_fwd
+from amprewrite_runtime.casting import to_float32
 from amprewrite_runtime.policy import (
     current_policy,
     reset_policy,
@@ -31,4 +32,5 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "resolve_opt_level",
+    "to_float32",
 ]
