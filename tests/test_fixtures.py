@@ -77,6 +77,7 @@ KEPT_BY_REVERT = {
     "rule_bce_inline_backward": b"bce(model_out.float(), y).backward()",
     "sigmoid_forward_bce": b"self.sigmoid(output.float())",
     "rule_learner_object_backward": b"self.loss_func(self.pred.float(), y)",
+    "rule_escape_samples_and_distances": b"payouts[action.numpy()]",  # `to_float32` taken out
     "attention_mask_fill": b"torch.finfo(att.dtype).min",  # the fill, right in every dtype
     # float32 values passed out of autocast: to a gradient penalty, to a distribution
     "wgan_gp_penalty": b"fake_imgs.data.float()",

@@ -35,6 +35,7 @@ class AmpUsage:
     unwrap: list[cst.With | cst.If] = field(default_factory=list)  # blocks to replace by bodies
     calls: list[cst.Call] = field(default_factory=list)  # scale(...).backward(), step(opt)
     scaled_arguments: list[cst.Call] = field(default_factory=list)  # `scaler.scale(x)` as an arg
+    float32_casts: list[cst.Call] = field(default_factory=list)  # `to_float32(x)`: `x` again
     # `scaler=scaler`, `generator=seeding.generator`: keyword arguments to remove
     removed_keywords: list[tuple[cst.Call, cst.Arg]] = field(default_factory=list)
     seeding: set[str] = field(default_factory=set)  # keys holding enable_reproducibility()
@@ -128,6 +129,8 @@ def _classify_call(
         elif (method == "backward" and isinstance(arg.value, cst.Call)
               and _is_scale_call(arg.value, usage)):
             usage.scaled_arguments.append(arg.value)  # `context.backward(scaler.scale(loss))`
+    if facts.imports.resolve(func) == "amprewrite_runtime.to_float32" and len(call.args) == 1:
+        usage.float32_casts.append(call)
     if not isinstance(func, cst.Attribute):
         return
     owner = dotted(func.value)

@@ -37,7 +37,7 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
         ctx.plan.replaces.append(Replace(block, unwrap))
     for call in usage.calls:
         ctx.plan.replaces.append(Replace(call, _plain_call))
-    for call in usage.scaled_arguments:
+    for call in [*usage.scaled_arguments, *usage.float32_casts]:
         ctx.plan.replaces.append(Replace(call, lambda node: node.args[0].value))
     for call, keyword in usage.removed_keywords:
         ctx.plan.replaces.append(Replace(call, without(call, keyword)))
