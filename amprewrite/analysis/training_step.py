@@ -166,9 +166,10 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                 result.notes.append(Note(AUTOGRAD_BACKWARD, site.call,
                                          "`torch.autograd.backward(...)` "
                                          "is not loss-scaled automatically; left unchanged"))
-            elif any(arg.keyword is None for arg in site.call.args):
-                # `accelerator.backward(loss)`, `engine.backward(loss)`, `out.backward(grad)`:
-                # a framework owns the backward, or a gradient is passed in.
+            elif any(arg.keyword is None for arg in site.call.args) and not _seeded_backward(
+                    site.call, facts, kinds):
+                # `accelerator.backward(loss)`, `engine.backward(loss)`: a framework owns the
+                # backward; `out.backward(grad)` of a tensor the analysis cannot place.
                 result.notes.append(Note(BACKWARD_WITH_ARGUMENT, site.call,
                                          f"`{facts.one_line(site.call)}` "
                                          "is not a plain loss backward; left unchanged"))
@@ -266,6 +267,30 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                                      "function; wrap its forward pass in `autocast()` there"))
     result.regions = merge_regions(regions, facts)
     return result
+
+
+def _seeded_backward(call: cst.Call, facts: ModuleFacts, kinds: KindTable) -> bool:
+    """`errD_real.backward(one)` (WGAN): a model output's backward seeded with a gradient.
+    Scaling the output scales the gradients the seed produces, as for a loss."""
+    receiver = call.func.value  # type: ignore[attr-defined]
+    key = receiver_key(receiver)
+    if key is None or len(call.args) != 1 or call.args[0].star:
+        return False
+    values = [b.value for b in facts.bindings if b.keys == (key,)]
+    return bool(values) and all(_model_output(value, kinds) for value in values)
+
+
+def _model_output(value: cst.BaseExpression, kinds: KindTable) -> bool:
+    """A model's output, or arithmetic and tensor methods on one (`netD(x).mean(0).view(1)`)."""
+    if isinstance(value, cst.BinaryOperation):
+        return _model_output(value.left, kinds) or _model_output(value.right, kinds)
+    if isinstance(value, cst.UnaryOperation):
+        return _model_output(value.expression, kinds)
+    if not isinstance(value, cst.Call):
+        return False
+    if is_model_call(value, kinds):
+        return True
+    return isinstance(value.func, cst.Attribute) and _model_output(value.func.value, kinds)
 
 
 def _not_a_tensor(receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable) -> bool:
