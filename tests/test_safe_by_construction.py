@@ -138,3 +138,40 @@ def test_with_its_flag_a_migrated_apex_script_trains_at_its_level(level: str, dt
     assert set(amp.train_dtypes) == {dtype}
     assert amp.autocast_forwards > 0 if level == "O1" else amp.autocast_forwards == 0
     assert amp.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.1)
+
+
+# No silent FP32 ------------------------------------------------------------------------------
+def test_every_forward_left_fp32_on_the_training_path_is_reported() -> None:
+    source = '''\
+import torch
+import torch.nn.functional as F
+from attacks import pgd
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def adversarial(self, x, y):
+        x_adv = x.clone().requires_grad_(True)
+        F.cross_entropy(self.model(x_adv), y).backward()
+        return (x_adv + 0.1 * x_adv.grad.sign()).detach()
+
+    def train_step(self, x, y):
+        x_adv = self.adversarial(x, y)
+        x_pgd = pgd(self.model, x, y)
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.model(x_adv), y) + F.cross_entropy(self.model(x_pgd), y)
+        loss.backward()
+        self.optimizer.step()
+
+
+model = torch.nn.Linear(8, 3)
+trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+'''
+    findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
+    assert ("t.py:12:25: AMP215 `self.model(...)` runs outside autocast on the training path "
+            "and stays FP32") in findings
+    assert ("t.py:17:17: AMP215 `pgd(...)` is handed the model `self.model` outside autocast: "
+            "its forward passes stay FP32") in findings
+    assert not any("AMP215" in f and ":19:" in f for f in findings)  # the training forward

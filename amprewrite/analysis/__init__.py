@@ -20,6 +20,7 @@ from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import AmpInTraining, amp_in_training, existing_amp
 from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
 from amprewrite.analysis.float16_constants import Float16Constants, float16_constants
+from amprewrite.analysis.fp32_forwards import forwards_left_fp32
 from amprewrite.analysis.frameworks import (
     PrecisionSwitch,
     framework_owns_precision,
@@ -193,7 +194,9 @@ class ModuleAnalysis:
                 *self.amp_in_training.notes, *self.apex.unused_imports,
                 *gram_matrices(self.facts, self.kinds, self._regions),
                 *forwards_elsewhere(self.training_regions.regions, self.producer_regions.regions,
-                                    self.facts, self.kinds)]
+                                    self.facts, self.kinds),
+                *([] if self.escapes.stuck else forwards_left_fp32(
+                    self.facts, self.kinds, self.training, self._regions))]
 
     @cached_property
     def sharded(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.apex_amp import APEX_IMPORT_UNUSED
 from amprewrite.analysis.existing_amp import EVALUATION_ONLY_AUTOCAST
+from amprewrite.analysis.fp32_forwards import FORWARD_LEFT_FP32
 from amprewrite.analysis.gram_matrices import GRAM_MATRIX
 from amprewrite.analysis.hazards import AUTOGRAD_GRAD, MANUAL_CAST
 from amprewrite.analysis.scaler_protocol import GRADIENTS_WITHOUT_OPTIMIZER, PROTOCOL_NOT_KEPT
@@ -99,7 +100,7 @@ RULE = rule(
      BACKWARD_IN_CLOSURE, STEP_WITHOUT_BACKWARD, AUTOGRAD_BACKWARD, BACKWARD_WITH_ARGUMENT,
      OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
      GRADIENTS_WITHOUT_OPTIMIZER, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST,
-     APEX_IMPORT_UNUSED, GRAM_MATRIX, BACKWARD_OF_NON_TENSOR),
+     APEX_IMPORT_UNUSED, GRAM_MATRIX, BACKWARD_OF_NON_TENSOR, FORWARD_LEFT_FP32),
     _plan,
     examples=_SITES_LEFT_ALONE_EXAMPLES,
 )

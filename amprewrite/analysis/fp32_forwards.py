@@ -1,0 +1,102 @@
+"""Forward passes on a training path that no autocast region covers: each gets a finding.
+
+A rewrite that leaves part of the training step in FP32 still trains, but slower than the user
+asked for and without a word. The training functions (those running a scaled backward) and
+the module's functions they call outside a region are searched for model calls, and for calls
+the analysis cannot see into that are handed a model (`pgd(model, x, y)` from another module),
+that run outside every region: each one is reported where it is, never rewritten.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
+from amprewrite.analysis.forward import is_model_call
+from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.names import dotted
+from amprewrite.analysis.training_step import Note, Region, TrainingSteps
+from amprewrite.catalog import SKIP, declare
+
+FORWARD_LEFT_FP32 = declare(
+    "AMP215", SKIP, "forward pass on the training path left in FP32",
+    "A model runs outside every autocast region on the way to a scaled backward: in a helper "
+    "that computes gradients of its own (an adversarial attack), in a function amprewrite "
+    "cannot see into that is handed the model, or apart from the loss. It trains correctly, in "
+    "float32; wrap it in `autocast()` if it should run in low precision too.",
+)
+
+
+def forwards_left_fp32(
+    facts: ModuleFacts, kinds: KindTable, training: TrainingSteps, regions: list[Region]
+) -> list[Note]:
+    if not training.found:
+        return []
+    covered = _covered(regions, facts)
+    functions = {site.function for site in training.backwards} - {None}
+    functions |= _called_outside(functions, covered, facts)
+    notes = []
+    for site in facts.calls:
+        if site.function not in functions or _inside(site.statement, covered, facts):
+            continue
+        text = facts.one_line(site.call.func)
+        if kinds.kind_of_value(site.call) is not None or _builds(site.call):
+            continue  # `prepare_model(model)`, `Trainer(model, ...)`: wraps or builds, no forward
+        if is_model_call(site.call, kinds) and not _maintenance(site.call):
+            notes.append(Note(FORWARD_LEFT_FP32, site.call,
+                              f"`{text}(...)` runs outside autocast on the training path and "
+                              "stays FP32"))
+        elif (model := _model_handed_to(site, facts, kinds)) is not None:
+            notes.append(Note(FORWARD_LEFT_FP32, site.call,
+                              f"`{text}(...)` is handed the model `{model}` outside autocast: "
+                              "its forward passes stay FP32"))
+    return notes
+
+
+def _builds(call: cst.Call) -> bool:
+    """A class is instantiated (`Trainer(model, optimizer)`)."""
+    name = dotted(call.func)
+    return name is not None and name.rsplit(".", 1)[-1][:1].isupper()
+
+
+def _maintenance(call: cst.Call) -> bool:
+    """A model method that touches gradients or state, not a forward pass
+    (`model.clip_grad_norm_(1.0)` of FSDP, `model.load_state_dict(...)`)."""
+    method = call.func.attr.value if isinstance(call.func, cst.Attribute) else ""
+    return any(part in method for part in ("grad", "clip", "state", "buffer", "hook"))
+
+
+def _covered(regions: list[Region], facts: ModuleFacts) -> set[int]:
+    return {id(statement) for region in regions for statement in region.statements}
+
+
+def _inside(statement: Statement, covered: set[int], facts: ModuleFacts) -> bool:
+    return any(id(outer) in covered for outer in facts.enclosing_statements(statement))
+
+
+def _called_outside(
+    functions: set[cst.FunctionDef | None], covered: set[int], facts: ModuleFacts
+) -> set[cst.FunctionDef | None]:
+    """The module's functions that the training functions call outside every region (one
+    level down: `x_adv = self.adversarial(x, y)` before the forward pass)."""
+    by_name = {f.name.value: f for f in facts.functions}
+    called: set[cst.FunctionDef | None] = set()
+    for site in facts.calls:
+        if site.function in functions and not _inside(site.statement, covered, facts):
+            name = (dotted(site.call.func) or "").removeprefix("self.")
+            if name in by_name and by_name[name] not in functions:
+                called.add(by_name[name])
+    return called
+
+
+def _model_handed_to(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> str | None:
+    """The model argument of a call into code this module does not hold, if any."""
+    name = dotted(site.call.func) or ""
+    local = {f.name.value for f in facts.functions}
+    if name.removeprefix("self.") in local or (
+            facts.imports.resolve(site.call.func) or "").startswith("torch."):
+        return None
+    for arg in site.call.args:
+        if kinds.of_expr(arg.value) is Kind.MODEL:
+            return facts.one_line(arg.value)
+    return None
