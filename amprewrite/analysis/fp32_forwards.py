@@ -1,7 +1,8 @@
 """Forward passes on a training path that no autocast region covers: each gets a finding.
 
 A rewrite that leaves part of the training step in FP32 still trains, but slower than the user
-asked for and without a word. The training functions (those running a scaled backward) and
+asked for and without a word. The training functions (those running a scaled backward or a
+step through the scaler) and
 the module's functions they call outside a region are searched for model calls, and for calls
 the analysis cannot see into that are handed a model (`pgd(model, x, y)` from another module),
 that run outside every region: each one is reported where it is, never rewritten.
@@ -33,7 +34,7 @@ def forwards_left_fp32(
     if not training.found:
         return []
     covered = _covered(regions, facts)
-    functions = {site.function for site in training.backwards} - {None}
+    functions = {site.function for site in [*training.backwards, *training.steps]} - {None}
     functions |= _called_outside(functions, covered, facts)
     notes = []
     for site in facts.calls:

@@ -434,9 +434,18 @@ def _over_elements(
 
 
 def _maybe_unbound(step: CallSite, facts: ModuleFacts) -> bool:
-    """The stepped optimizer may not exist on some path reaching the step."""
+    """The stepped optimizer may not exist on some path reaching the step. An attribute the
+    step's own class sets, if only `if self.isTrain:` (pix2pix), does not count: the scaler
+    is created at the top of `__init__` and named only where the optimizer already is."""
     key = receiver_key(step.call.func.value)  # type: ignore[attr-defined]
-    return key is not None and may_be_unbound(key, step.statement, facts)
+    if key is None:
+        return False
+    cls = facts.function_class.get(step.function) if step.function is not None else None
+    if key.startswith("self.") and cls is not None and all(
+            b.function is not None and facts.function_class.get(b.function) is cls
+            for b in facts.bindings if key in b.keys):
+        return False
+    return may_be_unbound(key, step.statement, facts)
 
 
 def _unguarded_none(unscale: Unscale, facts: ModuleFacts) -> bool:
