@@ -203,6 +203,11 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, site.call,
                                      f"`{text}.backward()` has no optimizer "
                                      "step in this file; left unchanged"))
+        elif _before_the_loop(site, optimizer_steps, facts, kinds):
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, site.call,
+                                     f"`{text}.backward()` runs before the training loop, "
+                                     "whose optimizer steps never see its gradients; left "
+                                     "unchanged"))
         elif (site.function is not None and not _steps_in(site.function, optimizer_steps)
               and reads_grad(site.function)):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, site.call,
@@ -406,6 +411,25 @@ def _unreached_by_backward(
 
 def _has_backward(function: cst.FunctionDef | None, facts: ModuleFacts) -> bool:
     return any(s.function is function and is_backward_call(s.call) for s in facts.calls)
+
+
+def _before_the_loop(
+    backward: CallSite, steps: list[CallSite], facts: ModuleFacts, kinds: KindTable
+) -> bool:
+    """A backward outside any loop, in a function (or module) whose steps all run in a
+    training loop it is not in: a demonstration (`out.backward(); print(w.grad)` in a
+    notebook's first cells), not a training step. A loop over optimizers is no training
+    loop (`for opt in optimizers: opt.step()`)."""
+    own = [step for step in steps if step.function is backward.function]
+    return (facts.enclosing_loop(backward.statement) is None and bool(own)
+            and all(_training_loop(step.statement, facts, kinds) for step in own))
+
+
+def _training_loop(statement: Statement, facts: ModuleFacts, kinds: KindTable) -> bool:
+    loop = facts.enclosing_loop(statement)
+    while loop is not None and optimizer_loop_elements(kinds, loop):
+        loop = facts.enclosing_loop(loop)
+    return loop is not None
 
 
 def _steps_in(function: cst.FunctionDef | None, steps: list[CallSite]) -> bool:
