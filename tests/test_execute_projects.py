@@ -72,6 +72,8 @@ PROJECT_RUNS = [
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt", style="O1_plain"),
     Project("trainer_receives_optimizer", "train.py", ("--checkpoint", "{file}"),
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt", style="O2"),
+    Project("engine_through_package_path", "main.py", ("--checkpoint", "{file}"),
+            ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
 ]
 LOW_PRECISION = [BFLOAT16, FLOAT16]
 

@@ -176,11 +176,14 @@ def _resolve(
     if name in symbols:
         return symbols[name]
     prefix, _, attribute = name.rpartition(".")
-    if prefix in modules and attribute:
-        return modules[prefix], attribute
     if prefix in symbols and attribute:  # `training.pass_epoch`, `training` re-exported
         file, symbol = symbols[prefix]
         return file, f"{symbol}.{attribute}"
+    parts = name.split(".")
+    for split in range(len(parts) - 1, 0, -1):  # `pkg.engine.Engine` after `import pkg`
+        module = ".".join(parts[:split])
+        if module in modules:
+            return modules[module], ".".join(parts[split:])
     return None
 
 
