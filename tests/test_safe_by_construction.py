@@ -175,3 +175,24 @@ trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1))
     assert ("t.py:17:17: AMP215 `pgd(...)` is handed the model `self.model` outside autocast: "
             "its forward passes stay FP32") in findings
     assert not any("AMP215" in f and ":19:" in f for f in findings)  # the training forward
+
+
+# Every save of an optimizer's state carries the scaler's, or says why not ------------------
+def test_a_save_where_no_scaler_can_be_named_is_reported() -> None:
+    """A callback in the entry module saves `trainer.optimizer`'s state; the training step,
+    and so the scaler, is in the trainer's module."""
+    source = '''\
+import torch
+from trainer import Trainer
+
+
+class Checkpoint:
+    def on_epoch_end(self, trainer, epoch):
+        torch.save({"model": trainer.model.state_dict(),
+                    "optimizer": trainer.optimizer.state_dict()}, "last.pt")
+'''
+    result = rewrite_source(source.encode(), Options())
+    assert not result.changed
+    assert ("t.py:8:21: AMP126 the optimizer's state is saved here, but no grad scaler can be "
+            "named in this file: save the scaler's state next to it (the training step is "
+            "elsewhere)") in [f.format("t.py") for f in result.findings]

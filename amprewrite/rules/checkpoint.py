@@ -40,6 +40,24 @@ OPTIMIZER_SAVED_ALONE = declare(
 )
 
 
+SCALER_NOT_NAMED = declare(
+    "AMP126", SKIP, "optimizer state saved where no grad scaler can be named",
+    "The training step is in another file (a callback or helper saves `trainer.optimizer`'s "
+    "state): save the scaler's state next to it, e.g. `trainer.scaler.state_dict()` when the "
+    "object holding the optimizer holds the scaler, and restore it with the optimizer's, or "
+    "a resumed float16 run starts again from the initial scale.",
+)
+
+
+def unnamed_scaler_saves(ctx: RuleContext, checkpoints: Checkpoints) -> None:
+    """A file with no scaler of its own that saves an optimizer's state: say so at the save."""
+    for node in [*(state.entry for state in checkpoints.saved),
+                 *(site.call for site in checkpoints.alone)]:
+        ctx.notes.append(Note(SCALER_NOT_NAMED, node, "the optimizer's state is saved here, "
+                              "but no grad scaler can be named in this file: save the scaler's "
+                              "state next to it (the training step is elsewhere)"))
+
+
 def checkpoint_scaler(ctx: RuleContext, checkpoints: Checkpoints) -> None:
     for site in checkpoints.alone:
         ctx.notes.append(Note(OPTIMIZER_SAVED_ALONE, site.call, "the optimizer's state is saved "

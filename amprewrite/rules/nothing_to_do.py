@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from amprewrite.findings import NOTHING_TO_DO, Finding
 from amprewrite.options import Options
+from amprewrite.rules.checkpoint import SCALER_NOT_NAMED, unnamed_scaler_saves
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.registry import Example, rule
 
@@ -21,6 +22,7 @@ def _fp32_asked(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
 
 def _nothing_found(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     ctx.notes.extend(analysis.training.notes)
+    unnamed_scaler_saves(ctx, analysis.checkpoints)
     message = ("nothing amprewrite can rewrite safely; file left unchanged (see above)"
                if ctx.notes else
                "no training step or evaluation forward pass found; file left unchanged")
@@ -64,4 +66,5 @@ saliency = x.grad.abs()
 )
 
 
-NOTHING_FOUND = rule("nothing-found", (NOTHING_TO_DO,), _nothing_found, _NOTHING_FOUND_EXAMPLES)
+NOTHING_FOUND = rule("nothing-found", (NOTHING_TO_DO, SCALER_NOT_NAMED), _nothing_found,
+                     _NOTHING_FOUND_EXAMPLES)
