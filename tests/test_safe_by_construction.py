@@ -196,3 +196,22 @@ class Checkpoint:
     assert ("t.py:8:21: AMP126 the optimizer's state is saved here, but no grad scaler can be "
             "named in this file: save the scaler's state next to it (the training step is "
             "elsewhere)") in [f.format("t.py") for f in result.findings]
+
+
+def test_optimizer_states_in_a_list_are_reported_where_no_entry_can_join() -> None:
+    source = '''\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizers = [torch.optim.SGD(model.parameters(), lr=0.1)]
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad()
+torch.save({"optimizers": [o.state_dict() for o in optimizers]}, "last.pt")
+'''
+    findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
+    assert ("t.py:11:28: AMP126 the optimizer's state is saved inside a container no scaler "
+            "entry can join: save `scaler.state_dict()` in this checkpoint by hand") in findings

@@ -10,6 +10,7 @@ import libcst as cst
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted
+from amprewrite.analysis.tree import descendants
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class Checkpoints:
     key: str  # the checkpoint key for the scaler's state
     # `torch.save(optimizer.state_dict(), path)`: an optimizer's state saved on its own
     alone: list[CallSite] = field(default_factory=list)
+    # optimizer states a save holds where no scaler entry can go beside them
+    # (`[o.state_dict() for o in optimizers]`)
+    unpaired: list[cst.Call] = field(default_factory=list)
 
 
 def analyse_checkpoints(facts: ModuleFacts, kinds: KindTable) -> Checkpoints:
@@ -46,12 +50,16 @@ def analyse_checkpoints(facts: ModuleFacts, kinds: KindTable) -> Checkpoints:
     saved: list[SavedState] = []
     restored: list[RestoredState] = []
     alone: list[CallSite] = []
+    unpaired: list[cst.Call] = []
     for site in facts.calls:
         if _is_save(site.call, facts):
-            for arg in site.call.args:
-                saved.extend(_optimizer_entries(arg.value, site, facts, kinds))
+            entries = [e for arg in site.call.args
+                       for e in _optimizer_entries(arg.value, site, facts, kinds)]
+            saved.extend(entries)
             if site.call.args and _is_optimizer_state(site.call.args[0].value, kinds):
                 alone.append(site)
+            else:
+                unpaired.extend(_unpaired_states(site.call, entries, kinds))
         elif _is_optimizer_load(site.call, kinds):
             state = site.call.args[0].value
             on_own_line = site.small is not None and (
@@ -60,7 +68,19 @@ def analyse_checkpoints(facts: ModuleFacts, kinds: KindTable) -> Checkpoints:
             if (on_own_line and isinstance(state, cst.Subscript)
                     and dotted(state.value) is not None):
                 restored.append(RestoredState(site, state.value))
-    return Checkpoints(_unique(saved), restored, key, alone)
+    return Checkpoints(_unique(saved), restored, key, alone, unpaired)
+
+
+def _unpaired_states(
+    save: cst.Call, entries: list[SavedState], kinds: KindTable
+) -> list[cst.Call]:
+    """`opt.state_dict()` calls inside a save's arguments that are no entry of a dict the
+    scaler's state can join: in a list, a comprehension, a nested call."""
+    paired = {id(e.entry.value) for e in entries
+              if isinstance(e.entry, cst.DictElement | cst.Arg)}
+    return [node for arg in save.args for node in descendants(arg.value)
+            if isinstance(node, cst.Call) and _is_optimizer_state(node, kinds)
+            and id(node) not in paired]
 
 
 def _is_save(call: cst.Call, facts: ModuleFacts) -> bool:

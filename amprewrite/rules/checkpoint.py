@@ -41,24 +41,29 @@ OPTIMIZER_SAVED_ALONE = declare(
 
 
 SCALER_NOT_NAMED = declare(
-    "AMP126", SKIP, "optimizer state saved where no grad scaler can be named",
-    "The training step is in another file (a callback or helper saves `trainer.optimizer`'s "
-    "state): save the scaler's state next to it, e.g. `trainer.scaler.state_dict()` when the "
-    "object holding the optimizer holds the scaler, and restore it with the optimizer's, or "
-    "a resumed float16 run starts again from the initial scale.",
+    "AMP126", SKIP, "optimizer state saved without the grad scaler's",
+    "The scaler's state cannot be added here: the training step is in another file (a "
+    "callback or helper saves `trainer.optimizer`'s state), or the optimizer states sit in a "
+    "list or comprehension. Save the scaler's state next to them (e.g. "
+    "`trainer.scaler.state_dict()` when the object holding the optimizer holds the scaler) "
+    "and restore it with them, or a resumed float16 run starts again from the initial scale.",
 )
 
 
 def unnamed_scaler_saves(ctx: RuleContext, checkpoints: Checkpoints) -> None:
     """A file with no scaler of its own that saves an optimizer's state: say so at the save."""
     for node in [*(state.entry for state in checkpoints.saved),
-                 *(site.call for site in checkpoints.alone)]:
+                 *(site.call for site in checkpoints.alone), *checkpoints.unpaired]:
         ctx.notes.append(Note(SCALER_NOT_NAMED, node, "the optimizer's state is saved here, "
                               "but no grad scaler can be named in this file: save the scaler's "
                               "state next to it (the training step is elsewhere)"))
 
 
 def checkpoint_scaler(ctx: RuleContext, checkpoints: Checkpoints) -> None:
+    for call in checkpoints.unpaired:
+        ctx.notes.append(Note(SCALER_NOT_NAMED, call, "the optimizer's state is saved inside "
+                              f"a container no scaler entry can join: save "
+                              f"`{ctx.scaler_expr}.state_dict()` in this checkpoint by hand"))
     for site in checkpoints.alone:
         ctx.notes.append(Note(OPTIMIZER_SAVED_ALONE, site.call, "the optimizer's state is saved "
                               f"on its own: save `{ctx.scaler_expr}.state_dict()` next to it "
@@ -204,5 +209,6 @@ torch.save({
 )
 
 
-RULE = rule("checkpoint", (SCALER_STATE_SAVED, SCALER_STATE_RESTORED, OPTIMIZER_SAVED_ALONE),
+RULE = rule("checkpoint", (SCALER_STATE_SAVED, SCALER_STATE_RESTORED, OPTIMIZER_SAVED_ALONE,
+                           SCALER_NOT_NAMED),
             _plan, examples=_CHECKPOINT_EXAMPLES)
