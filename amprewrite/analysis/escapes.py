@@ -393,7 +393,7 @@ class _Scope:
                 self.low.add(key)
                 self.containers.add(key)
             return
-        integer = value is not None and self.may_be_integer(value)
+        integer = low and value is not None and self.may_be_integer(value)
         for key in target_keys(target):
             if low:
                 self.low.add(key)
@@ -601,9 +601,11 @@ class _Scope:
         """`node` reads a sample (`dist.sample()`, `action` bound from one): its dtype is the
         distribution's, an integer one for a categorical."""
         for child in descendants(node):
-            key = receiver_key(child) if isinstance(child, cst.BaseExpression) else None
-            if (key is not None and key in self.maybe_integer) or (
-                    isinstance(child, cst.Call) and _method(child) in _MAYBE_INTEGER_METHODS):
+            if isinstance(child, cst.Call):
+                if _method(child) in _MAYBE_INTEGER_METHODS:
+                    return True
+            elif self.maybe_integer and isinstance(child, cst.Name | cst.Attribute) and (
+                    dotted(child) in self.maybe_integer):
                 return True
         return False
 

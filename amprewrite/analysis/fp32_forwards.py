@@ -40,17 +40,17 @@ def forwards_left_fp32(
     for site in facts.calls:
         if site.function not in functions or _inside(site.statement, covered, facts):
             continue
-        text = facts.one_line(site.call.func)
-        if kinds.kind_of_value(site.call) is not None or _builds(site.call):
-            continue  # `prepare_model(model)`, `Trainer(model, ...)`: wraps or builds, no forward
-        if is_model_call(site.call, kinds) and not _maintenance(site.call):
+        if is_model_call(site.call, kinds):
+            if not _maintenance(site.call) and kinds.kind_of_value(site.call) is None:
+                notes.append(Note(FORWARD_LEFT_FP32, site.call,
+                                  f"`{facts.one_line(site.call.func)}(...)` runs outside "
+                                  "autocast on the training path and stays FP32"))
+        elif ((model := _model_handed_to(site, facts, kinds)) is not None
+              and not _builds(site.call) and kinds.kind_of_value(site.call) is None):
+            # (not `prepare_model(model)` or `Trainer(model, ...)`: they wrap or build)
             notes.append(Note(FORWARD_LEFT_FP32, site.call,
-                              f"`{text}(...)` runs outside autocast on the training path and "
-                              "stays FP32"))
-        elif (model := _model_handed_to(site, facts, kinds)) is not None:
-            notes.append(Note(FORWARD_LEFT_FP32, site.call,
-                              f"`{text}(...)` is handed the model `{model}` outside autocast: "
-                              "its forward passes stay FP32"))
+                              f"`{facts.one_line(site.call.func)}(...)` is handed the model "
+                              f"`{model}` outside autocast: its forward passes stay FP32"))
     return notes
 
 

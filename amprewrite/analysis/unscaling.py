@@ -165,16 +165,28 @@ def _names_another(node: cst.CSTNode, optimizer: cst.BaseExpression, others: set
 def _grad_readers(facts: ModuleFacts) -> set[str]:
     """How the module's functions that read or clip `.grad` (themselves or through the
     functions they call) are called: `clip_gradient` for a function, `self.clip` for a
-    method."""
+    method. One walk per function, then the callers of readers until nothing changes."""
     names = {f: f.name.value if f not in facts.function_class else f"self.{f.name.value}"
              for f in facts.functions}
-    readers = {names[f] for f in facts.functions if reads_grad(f.body) or any(
-        isinstance(n, cst.Call) and _is_clip(n) for n in walk(f.body))}
+    readers: set[str] = set()
+    callees: dict[cst.FunctionDef, set[str]] = {}
+    for function, name in names.items():
+        called: set[str] = set()
+        for node in walk(function.body):
+            if isinstance(node, cst.Call):
+                if _is_clip(node):
+                    readers.add(name)
+                callee = dotted(node.func)
+                if callee is not None:
+                    called.add(callee)
+            elif _is_grad_read(node):
+                readers.add(name)
+        callees[function] = called
     grown = True
     while grown:
         grown = False
         for function, name in names.items():
-            if name not in readers and _calls_any(function.body, readers):
+            if name not in readers and callees[function] & readers:
                 readers.add(name)
                 grown = True
     return readers
@@ -192,6 +204,9 @@ def _is_clip(call: cst.Call) -> bool:
 
 def reads_grad(node: cst.CSTNode) -> bool:
     """`x.grad` somewhere in `node` (`torch.autograd.grad(...)` is a function, not a read)."""
-    return any(isinstance(child, cst.Attribute) and child.attr.value == "grad"
-               and not (dotted(child.value) or "").endswith("autograd")
-               for child in walk(node))
+    return any(_is_grad_read(child) for child in walk(node))
+
+
+def _is_grad_read(node: cst.CSTNode) -> bool:
+    return (isinstance(node, cst.Attribute) and node.attr.value == "grad"
+            and not (dotted(node.value) or "").endswith("autograd"))
