@@ -215,3 +215,25 @@ torch.save({"optimizers": [o.state_dict() for o in optimizers]}, "last.pt")
     findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
     assert ("t.py:11:28: AMP126 the optimizer's state is saved inside a container no scaler "
             "entry can join: save `scaler.state_dict()` in this checkpoint by hand") in findings
+
+
+def test_a_two_step_optimizer_stays_fp32_and_says_why() -> None:
+    """SAM: `first_step` reads the gradients to perturb the weights, `second_step` steps the
+    base optimizer; a scaler can drive neither."""
+    source = '''\
+import torch
+from sam import SAM
+
+model = torch.nn.Linear(4, 2)
+optimizer = SAM(model.parameters(), torch.optim.SGD, lr=0.1)
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.first_step(zero_grad=True)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.second_step(zero_grad=True)
+'''
+    result = rewrite_source(source.encode(), Options())
+    assert not result.changed
+    codes = [f.code for f in result.findings]
+    assert codes.count("AMP216") == 2 and "AMP201" in codes

@@ -100,6 +100,14 @@ OPAQUE_CALL_ON_SCALED_GRADIENTS = declare(
     "move it inside the guard, after `scaler.unscale_(optimizer)`.",
 )
 
+TWO_STEP_OPTIMIZER = declare(
+    "AMP216", SKIP, "two-step optimizer (SAM) left in FP32",
+    "`optimizer.first_step()` perturbs the weights along the gradients and `second_step()` "
+    "steps the base optimizer: a grad scaler can drive neither (`scaler.step` calls `step()`), "
+    "so the step and its backward passes stay FP32. Unscale before `first_step` and step "
+    "`optimizer.base_optimizer` through the scaler by hand to use AMP.",
+)
+
 BACKWARD_OF_NON_TENSOR = declare(
     "AMP214", SKIP, "`.backward()` of an object that is not a tensor",
     "`self.backward()` or `learner.backward()` is a training-loop object's own method (a "
@@ -182,6 +190,12 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                 backwards.append(site)
         elif is_step_call(site.call):
             _classify_step(site, kinds, facts, optimizer_steps, closure_functions, result)
+        elif _two_step(site.call, kinds):
+            text = facts.one_line(site.call.func)
+            result.notes.append(Note(TWO_STEP_OPTIMIZER, site.call,
+                                     f"`{text}()` is one half of a two-step optimizer's step "
+                                     "(SAM), which a grad scaler cannot drive; its training "
+                                     "step stays FP32"))
 
     unreached = _unreached_by_backward(optimizer_steps, facts, kinds)
     for site in unreached:
@@ -296,6 +310,16 @@ def _model_output(value: cst.BaseExpression, kinds: KindTable) -> bool:
     if is_model_call(value, kinds):
         return True
     return isinstance(value.func, cst.Attribute) and _model_output(value.func.value, kinds)
+
+
+_TWO_STEP_METHODS = frozenset({"first_step", "second_step"})
+
+
+def _two_step(call: cst.Call, kinds: KindTable) -> bool:
+    """`optimizer.first_step(zero_grad=True)` of SAM (and ASAM, GSAM) on an optimizer."""
+    func = call.func
+    return (isinstance(func, cst.Attribute) and func.attr.value in _TWO_STEP_METHODS
+            and kinds.is_optimizer(func.value))
 
 
 def _not_a_tensor(receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable) -> bool:
