@@ -10,9 +10,12 @@ from pathlib import Path
 import click
 
 from amprewrite import __version__
+from amprewrite.catalog import Severity
 from amprewrite.config import ConfigError, find_pyproject, read_config
-from amprewrite.discovery import DEFAULT_INCLUDE, Target, find_targets
+from amprewrite.discovery import DEFAULT_INCLUDE, Problem, Target, find_targets
+from amprewrite.fileio import resolved
 from amprewrite.filters import keep_findings
+from amprewrite.findings import Finding
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
 from amprewrite.output_formats import print_github, print_json
 from amprewrite.parallel import run_files
@@ -135,6 +138,7 @@ def main(
     [include] = _patterns(settings["include"] or DEFAULT_INCLUDE)
     found = find_targets([Path(path) for path in paths if path != STDIN], excludes,
                          root if settings["force_exclude"] else None, include)
+    outcomes.extend(_problems(found.problems))
     linked, alone = _projects(found.targets, options, write, jobs)
     outcomes.extend(linked)
     outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
@@ -161,7 +165,7 @@ def _projects(
 ) -> tuple[list[FileOutcome], list[Target]]:
     """The outcomes of the files whose training step spans several modules (rewritten
     together), and the targets left to rewrite one by one."""
-    sources = {t.path.resolve(): t for t in targets if not is_notebook(str(t.path))}
+    sources = {resolved(t.path): t for t in targets if not is_notebook(str(t.path))}
     if not sources or not links_projects(options):
         return [], targets
     outcomes, handled = rewrite_project({p: str(t.path) for p, t in sources.items()},
@@ -169,7 +173,18 @@ def _projects(
     explicit = {str(t.path): t.explicit for t in targets}
     for outcome in outcomes:
         outcome.explicit = explicit.get(outcome.path, True)
-    return outcomes, [t for t in targets if t.path.resolve() not in handled]
+    return outcomes, [t for t in targets if resolved(t.path) not in handled]
+
+
+def _problems(problems: list[Problem]) -> list[FileOutcome]:
+    """An outcome for each entry the walk could not use as it is (a `.gitignore`), failed
+    when one of its findings is an error."""
+    findings: dict[Path, list[Finding]] = {}
+    for path, finding in problems:
+        findings.setdefault(path, []).append(finding)
+    return [FileOutcome(str(path), Status.FAILED if any(f.severity is Severity.ERROR
+                                                        for f in found) else Status.UNCHANGED,
+                        found, explicit=False) for path, found in findings.items()]
 
 
 def _print_hints(ctx: click.Context, outcomes: list[FileOutcome]) -> None:

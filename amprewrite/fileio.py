@@ -25,10 +25,25 @@ class ChangedOnDisk(WriteRefused):
 
 
 def read_source(path: Path) -> bytes:
-    """The bytes of `path` (a symbolic link is followed); the engine decodes them."""
-    if path.exists() and not path.is_file():  # a FIFO or a device could block or never end
+    """The bytes of `path` (a symbolic link is followed); the engine decodes them. Anything
+    but a regular file (a FIFO or a device could block or never end) raises `OSError`
+    without being read: it is opened non-blocking, and only after `stat` says it is one."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
         raise OSError(errno.EINVAL, "not a regular file", str(path))
-    return path.read_bytes()
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # replaced since the `stat`
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return stream.read()
+
+
+def resolved(path: Path) -> Path:
+    """Where `path` really is, or its absolute form when it cannot be resolved (a symbolic
+    link loop, which Python 3.11's `resolve` refuses with `RuntimeError`)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
 
 
 def check_compiles(path: Path, data: bytes) -> None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amprewrite.analysis.kinds import Kind
-from amprewrite.discovery import skipped
-from amprewrite.fileio import read_source
+from amprewrite.discovery import skipped, walk
+from amprewrite.fileio import read_source, resolved
 from amprewrite.project.layout import ModuleFinder, common_directory, project_root
 from amprewrite.project.outline import Outline, Symbol, outline
 
@@ -206,15 +206,14 @@ def _python_files(root: Path) -> Iterator[Path]:
     """The project's Python files, as a directory walk finds them (at most a few thousand:
     beyond that, importers are not searched)."""
     count = 0
-    for directory, dirnames, filenames in os.walk(root):
-        here = Path(directory)
+    for here, dirnames, filenames in walk(root):
         dirnames[:] = sorted(d for d in dirnames if not skipped(here / d))
         count += len(filenames) + len(dirnames)
         if count > _IMPORTERS_SEARCHED:
             return
-        for name in sorted(filenames):
+        for name in filenames:
             if name.endswith(".py"):
-                yield (here / name).resolve()
+                yield resolved(here / name)
 
 
 def _shown(path: Path) -> str:

@@ -57,7 +57,11 @@ def rewrite_project(
     outcomes: list[FileOutcome] = []
     handled: set[Path] = set()
     for group in program.groups:
-        group_outcomes = _rewrite_group(program, group, set(named), options, write)
+        try:
+            group_outcomes = _rewrite_group(program, group, set(named), options, write)
+        except Exception as exc:  # a bug, or a module too deep to link: this group only
+            group_outcomes = _all_failed(program, [p for p in group if p in named],
+                                         rewrite_failure(exc))
         if group_outcomes is not None:
             outcomes.extend(group_outcomes)
             handled.update(p for p in group if p in named)
@@ -138,6 +142,11 @@ def _carry_out(
     if write:
         _write_all(outcomes, list(results))
     return outcomes
+
+
+def _all_failed(program: Program, paths: list[Path], finding: Finding) -> list[FileOutcome]:
+    return [FileOutcome(program.shown[path], Status.FAILED, [finding], program.sources[path],
+                        program.sources[path]) for path in paths]
 
 
 def _needs_unnamed(program: Program, module: LinkedModule, unnamed: list[str]) -> FileOutcome:
