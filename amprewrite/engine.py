@@ -48,10 +48,16 @@ class RewriteError(Exception):
         self.finding = finding
 
 
+class _DoesNotCompile(RewriteError):
+    """The rewrite's output does not compile: a bug, unless the input does not either."""
+
+
 def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     """Rewrite one Python source (bytes, any PEP 263 encoding) for `options`."""
     try:
         return _rewrite(source, options)
+    except _DoesNotCompile as exc:
+        raise _blame(source, exc) from exc
     except RecursionError as exc:  # libcst walks recursively: a pathologically deep file
         raise RewriteError(Finding(CANNOT_PROCESS, 1, 1,
                                    "source too deeply nested to analyse; file "
@@ -74,12 +80,19 @@ def _run(
 ) -> RewriteResult:
     """Analyse `module` (parsed from, or rendered as, `source`), run the recipe that applies,
     and carry out its plan; `carried` is the scaler arguments a migration found."""
-    return rewrite_analysed(analyse(module, scaler_arguments=carried), source, options)
+    return _rewrite_analysed(analyse(module, scaler_arguments=carried), source, options)
 
 
 def rewrite_analysed(analysis: ModuleAnalysis, source: bytes, options: Options) -> RewriteResult:
     """Run the recipe that applies to an analysed module (parsed from `source`) and carry
     out its plan: a project's modules come here with their links."""
+    try:
+        return _rewrite_analysed(analysis, source, options)
+    except _DoesNotCompile as exc:
+        raise _blame(source, exc) from exc
+
+
+def _rewrite_analysed(analysis: ModuleAnalysis, source: bytes, options: Options) -> RewriteResult:
     module = analysis.facts.module
     recipe = choose(analysis, options)
     ctx = recipe.context(analysis, options)
@@ -205,8 +218,26 @@ def _check_compiles(source: bytes) -> None:
     try:
         compile(source, "<amprewrite output>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
-        raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, f"internal error: the rewrite does not "
-                                   f"compile ({exc}); file left unchanged")) from exc
+        raise _DoesNotCompile(Finding(CANNOT_PROCESS, 1, 1, f"internal error: the rewrite does "
+                                      f"not compile ({exc}); file left unchanged")) from exc
+
+
+def _blame(source: bytes, error: _DoesNotCompile) -> RewriteError:
+    """AMP003 at the user's line when the input does not compile either (CPython's parser
+    accepts what its compiler refuses: `return` at module level, `def f(a, a)`, a repeated
+    keyword argument), else the internal error. Compiled only then: it costs a parse."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<source>", "exec", dont_inherit=True)
+    except SyntaxError as refused:
+        return RewriteError(Finding(CANNOT_PARSE, refused.lineno or 1, refused.offset or 1,
+                                    f"cannot compile: {refused.msg}; {_LEFT_UNCHANGED}"))
+    except ValueError:
+        pass
+    return error
 
 
 def _locate(module: cst.Module, notes: list[Note]) -> list[Finding]:
