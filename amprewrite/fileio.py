@@ -62,20 +62,20 @@ def write_atomically(
     """Replace the content of `path` with `data`, or raise and leave it as it was.
 
     `check(path, data)` must pass (a Python source must compile; a notebook, another check
-    raising `UnparsableOutput`). When `expected` is given and the file no
-    longer holds it, someone else changed it meanwhile: `ChangedOnDisk`. The data goes to a
-    temporary file beside the target, is fsynced and given the target's mode, then renamed
-    over it, so either the old or the new content is visible at every moment. A symbolic link
-    is written through: the link stays, its target changes. A read-only file raises
-    `PermissionError`, also for root.
+    raising `UnparsableOutput`). The data goes to a temporary file beside the target, is
+    fsynced and given the target's mode; then, when `expected` is given, the file must still
+    hold it (else someone saved it meanwhile: `ChangedOnDisk`, and the temporary file is
+    removed), and only then is it renamed over the target, so either the old or the new
+    content is visible at every moment, and a save is lost only when it lands between that
+    last comparison and the rename (microseconds, not the time a write and an fsync take).
+    A symbolic link is written through: the link stays, its target changes. A read-only file
+    raises `PermissionError`, also for root.
     """
     check(path, data)
     target = path.resolve()
     mode = stat.S_IMODE(target.stat().st_mode)
     if not mode & 0o222 or not os.access(target, os.W_OK):
         raise PermissionError(errno.EACCES, "permission denied (read-only file)", str(path))
-    if expected is not None and target.read_bytes() != expected:
-        raise ChangedOnDisk("the file changed on disk while amprewrite was rewriting it")
     import tempfile  # imported here: --check and --diff write nothing, and start faster
 
     handle, temporary = tempfile.mkstemp(
@@ -87,12 +87,25 @@ def write_atomically(
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
+        if expected is not None and not _holds(target, expected):
+            raise ChangedOnDisk("the file changed on disk while amprewrite was rewriting it")
         os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
     _fsync_directory(target.parent)
+
+
+def _holds(target: Path, expected: bytes) -> bool:
+    """Whether `target` holds `expected`, and did not change while being read."""
+    before = os.stat(target)
+    if before.st_size != len(expected):
+        return False
+    data = target.read_bytes()
+    after = os.stat(target)
+    return data == expected and (before.st_mtime_ns, before.st_size) == (
+        after.st_mtime_ns, after.st_size)
 
 
 def _fsync_directory(directory: Path) -> None:

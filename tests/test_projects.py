@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,50 @@ def test_one_file_that_cannot_be_written_leaves_every_file_as_it_was(
     assert _tree(work) == before
     assert "trainer.py:1:1: AMP004" in output
     assert "train.py:1:1: AMP451" in output
+
+
+def test_an_interruption_between_two_writes_puts_the_first_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not only an `Exception`: a KeyboardInterrupt (or SystemExit) raised while the second
+    file is written puts the first back before it goes on (exit 130)."""
+    from amprewrite.project import rewrite
+
+    work = _copy("trainer_receives_optimizer", tmp_path)
+    before = _tree(work)
+    real_write = rewrite.write_atomically
+
+    def write(path: Path, data: bytes, expected: bytes | None = None) -> None:
+        if path.name == "trainer.py" and data != before["trainer.py"]:
+            raise KeyboardInterrupt
+        real_write(path, data, expected=expected)
+
+    monkeypatch.setattr(rewrite, "write_atomically", write)
+    code, output = _run(work, ".")
+    assert code == 130, output
+    assert _tree(work) == before
+
+
+def test_ctrl_c_while_a_group_is_written_takes_effect_once_it_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amprewrite.project import rewrite
+
+    work = _copy("trainer_receives_optimizer", tmp_path)
+    before = _tree(work)
+    real_write = rewrite.write_atomically
+
+    def write(path: Path, data: bytes, expected: bytes | None = None) -> None:
+        real_write(path, data, expected=expected)
+        if path.name == "train.py":  # Ctrl-C after the first of the group's two writes
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(rewrite, "write_atomically", write)
+    code, output = _run(work, ".")
+    assert code == 130, output
+    after = _tree(work)
+    assert all(after[name] != before[name] for name in ("train.py", "trainer.py"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_imports_resolve_relative_absolute_and_from_the_script_directory(tmp_path: Path) -> None:

@@ -9,6 +9,10 @@ which other file is in the way.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from amprewrite import engine
@@ -180,15 +184,25 @@ def _blocked_by(
 
 def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
     """Write every changed file, or, when one write fails, put back those already written
-    and mark them all failed."""
+    and mark them all failed. Ctrl-C meanwhile takes effect once they are all written (or
+    put back); anything else that interrupts the writes (SystemExit, a Ctrl-C outside the
+    main thread) puts back those already written before it goes on. Only SIGKILL (or a power
+    cut) between two writes can leave a group half rewritten."""
+    with _ctrl_c_deferred():
+        _write_or_put_back(outcomes, paths)
+
+
+def _write_or_put_back(outcomes: list[FileOutcome], paths: list[Path]) -> None:
     written: list[tuple[Path, FileOutcome]] = []
     for path, outcome in zip(paths, outcomes, strict=True):
         if outcome.status is not Status.CHANGED:
             continue
         try:
             write_atomically(path, outcome.after, expected=outcome.before)
-        except Exception as exc:
+        except BaseException as exc:
             _put_back(written)
+            if not isinstance(exc, Exception):
+                raise
             failure = write_failure(exc)
             for other in outcomes:
                 if other.status is Status.CHANGED:
@@ -199,6 +213,25 @@ def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
                         "this file's training step, could not be written"))
             return
         written.append((path, outcome))
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """SIGINT received inside the block raises KeyboardInterrupt when it ends (in the main
+    thread, where Python handles signals; where SIGINT is ignored it stays ignored)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if handler in (signal.SIG_IGN, None) or threading.current_thread() is not (
+            threading.main_thread()):
+        yield
+        return
+    received: list[int] = []
+    signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    if received:
+        raise KeyboardInterrupt
 
 
 def _put_back(written: list[tuple[Path, FileOutcome]]) -> None:
