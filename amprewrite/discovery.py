@@ -37,6 +37,13 @@ SKIPPED_DIRECTORIES = frozenset({
 # Python sources and Jupyter notebooks.
 DEFAULT_INCLUDE = r"\.(py|ipynb)$"
 
+SYMLINK_OUTSIDE = declare(
+    "AMP007", SKIP, "symlink pointing outside the directory, not followed",
+    "A walked directory's `*.py` symlink whose target lies outside it is left alone, as black "
+    "does, so that a run on a directory only writes files inside it (and the project stays "
+    "within it). Name the link itself on the command line to rewrite its target.",
+)
+
 
 class Target(NamedTuple):
     path: Path
@@ -182,9 +189,24 @@ def _walk(
         matching = [here / name for name in filenames
                     if include.search(shown(here / name, False))]
         included = [path for path in matching if not left_out(path, False)]
-        files.extend(included)
+        for path in included:
+            if _leads_outside(path, top):
+                problems.append(Problem(path, Finding(
+                    SYMLINK_OUTSIDE, 1, 1, f"symlink to {resolved(path)}, outside {top}: "
+                    "skipped")))
+            else:
+                files.append(path)
         excluded += len(kept) - len(dirnames) + len(matching) - len(included)
     return sorted(files), excluded
+
+
+def _leads_outside(path: Path, top: Path) -> bool:
+    """Whether `path` is a symbolic link whose target lies outside the walked `top` (a loop,
+    which has no target, does not)."""
+    if not path.is_symlink():
+        return False
+    target = resolved(path)
+    return not (target.is_relative_to(resolved(top)) or target.is_relative_to(top.absolute()))
 
 
 def _gitignore(path: Path, problems: list[Problem]) -> pathspec.PathSpec | None:

@@ -148,3 +148,23 @@ def test_a_crash_while_linking_a_project_costs_its_group_only(
     assert code == 123, output
     assert "engine.py:1:1: AMP004 source too deeply nested to rewrite" in output
     assert "alone.py" in output and "1 file would be rewritten" in output
+
+
+def test_a_symlink_leading_outside_the_named_directory_is_skipped(tmp_path: Path) -> None:
+    named, outside = tmp_path / "named", tmp_path / "outside"
+    named.mkdir()
+    outside.mkdir()
+    (outside / "real.py").write_bytes(TRAINING)
+    (named / "own.py").write_bytes(TRAINING)
+    (named / "link.py").symlink_to(outside / "real.py")
+    (named / "inner.py").symlink_to("own.py")  # inside: followed, once
+    found = find_targets([named])
+    assert [t.path.name for t in found.targets] == ["inner.py"]  # not widening the project
+    result = CliRunner().invoke(main, [str(named)])
+    assert result.exit_code == 1, result.output
+    assert f"link.py:1:1: AMP007 symlink to {outside / 'real.py'}, outside {named}: skipped" in (
+        result.output)
+    assert (outside / "real.py").read_bytes() == TRAINING
+    assert (named / "own.py").read_bytes() != TRAINING
+    result = CliRunner().invoke(main, [str(named / "link.py")])  # named itself: followed
+    assert result.exit_code == 1 and (outside / "real.py").read_bytes() != TRAINING
