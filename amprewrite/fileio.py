@@ -24,12 +24,24 @@ class ChangedOnDisk(WriteRefused):
     """The file no longer holds what was read: someone else changed it meanwhile."""
 
 
-def read_source(path: Path) -> bytes:
+class TooLarge(OSError):
+    """A file over the size a caller would read; `size` is its size in bytes."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        super().__init__(errno.EFBIG, "file too large", str(path))
+        self.size = size
+
+
+def read_source(path: Path, limit: int | None = None) -> bytes:
     """The bytes of `path` (a symbolic link is followed); the engine decodes them. Anything
     but a regular file (a FIFO or a device could block or never end) raises `OSError`
-    without being read: it is opened non-blocking, and only after `stat` says it is one."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
+    without being read: it is opened non-blocking, and only after `stat` says it is one. A
+    file over `limit` bytes raises `TooLarge`, unread."""
+    status = os.stat(path)
+    if not stat.S_ISREG(status.st_mode):
         raise OSError(errno.EINVAL, "not a regular file", str(path))
+    if limit is not None and status.st_size > limit:
+        raise TooLarge(path, status.st_size)
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(descriptor, "rb") as stream:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # replaced since the `stat`

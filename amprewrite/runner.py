@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 
 from amprewrite import engine
 from amprewrite.engine import RewriteError
-from amprewrite.fileio import UnparsableOutput, WriteRefused, read_source, write_atomically
+from amprewrite.fileio import (
+    TooLarge,
+    UnparsableOutput,
+    WriteRefused,
+    read_source,
+    write_atomically,
+)
 from amprewrite.findings import CANNOT_PARSE, CANNOT_PROCESS, Finding
 from amprewrite.options import Options
 
@@ -82,7 +88,10 @@ def process_file(path: Path, options: Options, write: bool, explicit: bool) -> F
     """Read `path`, rewrite it, and write it back in place when `write` and it changed."""
     shown = str(path)
     try:
-        source = read_source(path)
+        source = read_source(path, None if is_notebook(shown) else engine.MAX_SOURCE_BYTES)
+    except TooLarge as exc:  # not even read: a notebook's limit is on its code cells
+        return FileOutcome(shown, Status.UNCHANGED, [engine.too_large(exc.size)],
+                           explicit=explicit)
     except OSError as exc:
         return _failed(shown, explicit, Finding(CANNOT_PROCESS, 1, 1,
                                                 f"cannot read: {_reason(exc)}"))
