@@ -47,6 +47,9 @@ class AmpUsage:
     master_params: dict[int, str] = field(default_factory=dict)
     # `def f(..., scaler=None)`: the parameters a project's rewrite added, by function
     parameters: list[tuple[cst.FunctionDef, str]] = field(default_factory=list)
+    # a scaler is created as amprewrite writes one: the runtime's class, or the plain style's
+    # `torch.amp.GradScaler(amp_device, ...)`
+    ours: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.scalers or self.unwrap or self.decorators or self.imports
@@ -55,6 +58,7 @@ class AmpUsage:
 
 def amp_usage(facts: ModuleFacts) -> AmpUsage:
     usage = AmpUsage()
+    scalers: list[cst.Call] = []  # the calls creating them
     for binding in facts.bindings:
         value = binding.value
         if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
@@ -67,6 +71,7 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
         if isinstance(value, cst.Call) and _is_scaler_class(value.func, facts):
             usage.scalers.update(binding.keys)
             usage.statements.append(binding.statement)
+            scalers.append(value)
     usage.scalers.update(_inherited_scalers(facts))
     for binding in facts.bindings:
         value = binding.value
@@ -75,6 +80,9 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
             usage.seeding.update(binding.keys)
             usage.statements.append(binding.statement)
     devices = _autocast_devices(facts)
+    usage.ours = any((facts.imports.resolve(call.func) or "").startswith("amprewrite_runtime.")
+                     or (call.args and dotted(call.args[0].value) in devices)
+                     for call in scalers)
     for binding in facts.bindings:
         if binding.keys and binding.keys[0] in devices:
             usage.statements.append(binding.statement)
