@@ -201,8 +201,8 @@ def _projects(
 
 
 def _problems(problems: list[Problem]) -> list[FileOutcome]:
-    """An outcome for each entry the walk could not use as it is (a `.gitignore`), failed
-    when one of its findings is an error."""
+    """An outcome for each entry the walk could not use as it is (a `.gitignore`, a symlink
+    leading outside), failed when one of its findings is an error."""
     findings: dict[Path, list[Finding]] = {}
     for path, finding in problems:
         findings.setdefault(path, []).append(finding)

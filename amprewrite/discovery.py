@@ -51,7 +51,8 @@ class Target(NamedTuple):
 
 
 class Problem(NamedTuple):
-    """An entry met while walking that the walk could not use as it is (a `.gitignore`)."""
+    """An entry met while walking that the walk could not use as it is: a `.gitignore`, a
+    symlink leading outside the walked directory."""
 
     path: Path
     finding: Finding
@@ -164,8 +165,8 @@ def _walk(
     problems: list[Problem],
 ) -> tuple[list[Path], int]:
     """The files under `top` that `include` matches, and how many files and directories were
-    left out; a `.gitignore` that cannot be read or holds lines git ignores adds to
-    `problems`."""
+    left out; a `.gitignore` that cannot be read or holds lines git ignores, and a symlink
+    leading outside `top`, add to `problems`."""
     files: list[Path] = []
     excluded = 0
     ignores: list[tuple[Path, pathspec.PathSpec]] = []
