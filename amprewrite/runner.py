@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from amprewrite import engine
+from amprewrite.budget import OverBudget, over_time, time_budget
 from amprewrite.engine import RewriteError
 from amprewrite.fileio import (
     TooLarge,
@@ -61,9 +62,12 @@ def process_source(path: str, source: bytes, options: Options, explicit: bool) -
     if is_notebook(path):
         return _process_notebook(path, source, options, explicit)
     try:
-        result = engine.rewrite_source(source, options)
+        with time_budget():
+            result = engine.rewrite_source(source, options)
         if not isinstance(result.source, bytes):
             raise TypeError(f"the engine returned {type(result.source).__name__}, not bytes")
+    except OverBudget:
+        return FileOutcome(path, Status.UNCHANGED, [over_time()], source, source, explicit)
     except Exception as exc:
         return _failed(path, explicit, rewrite_failure(exc), source)
     changed = result.changed and result.source != source
@@ -76,7 +80,10 @@ def _process_notebook(path: str, source: bytes, options: Options, explicit: bool
     from amprewrite.notebooks import rewrite_notebook
 
     try:
-        result = rewrite_notebook(source, options)
+        with time_budget():
+            result = rewrite_notebook(source, options)
+    except OverBudget:
+        return FileOutcome(path, Status.UNCHANGED, [over_time()], source, source, explicit)
     except Exception as exc:
         return _failed(path, explicit, rewrite_failure(exc), source)
     status = Status.CHANGED if result.changed else Status.UNCHANGED

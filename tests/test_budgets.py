@@ -3,18 +3,24 @@ pathologically deep one gets a finding in seconds, not minutes nor an internal e
 
 from __future__ import annotations
 
+import shutil
+import signal
 import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amprewrite import engine
+from amprewrite import budget, engine
+from amprewrite.cli import main
 from amprewrite.engine import RewriteError, rewrite_source
 from amprewrite.options import Options
+from amprewrite.project import rewrite
 from amprewrite.runner import Status, process_file, process_source
 
+PROJECTS = Path(__file__).parent.parent / "fixtures" / "projects"
 HEAD = (b"import torch\nmodel = torch.nn.Linear(2, 2)\n"
         b"optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n")
 
@@ -88,3 +94,43 @@ def test_any_long_chain_is_rewritten_or_refused_with_a_finding(shape: str, depth
         assert exc.finding.message == "source too deeply nested to analyse; file left unchanged"
     else:
         assert result.changed
+
+
+def _slow_rewrite(source: bytes, options: Options) -> engine.RewriteResult:
+    """A rewrite stuck in a pathological loop (fault injection)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pass
+    raise AssertionError("the budget never ran out")
+
+
+def test_a_rewrite_past_its_time_budget_is_abandoned_with_a_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(budget, "SECONDS_PER_FILE", 0.2)
+    monkeypatch.setattr(engine, "rewrite_source", _slow_rewrite)
+    path = tmp_path / "train.py"
+    source = _training(b"model(x).sum()")
+    path.write_bytes(source)
+    started = time.monotonic()
+    outcome = process_file(path, Options(), write=True, explicit=True)
+    assert time.monotonic() - started < 10
+    assert outcome.status is Status.UNCHANGED and path.read_bytes() == source
+    assert [f.format("t.py") for f in outcome.findings] == [
+        "t.py:1:1: AMP009 rewrite abandoned after 0.2 seconds; file left unchanged"]
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_project_group_past_its_budget_is_left_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "project"
+    shutil.copytree(PROJECTS / "trainer_receives_optimizer" / "input", work)
+    before = {p.name: p.read_bytes() for p in work.glob("*.py")}
+    monkeypatch.setattr(budget, "SECONDS_PER_FILE", 0.1)
+    monkeypatch.setattr(rewrite, "link_group", lambda *args: _slow_rewrite(b"", Options()))
+    result = CliRunner().invoke(main, [str(work)])
+    assert result.exit_code == 0, result.output
+    assert "AMP009 rewrite abandoned after 0.2 seconds" in result.output
+    assert {p.name: p.read_bytes() for p in work.glob("*.py")} == before

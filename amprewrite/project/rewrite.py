@@ -17,6 +17,7 @@ from pathlib import Path
 
 from amprewrite import engine
 from amprewrite.analysis import ModuleAnalysis
+from amprewrite.budget import OverBudget, over_time, time_budget
 from amprewrite.catalog import ERROR, declare
 from amprewrite.fileio import write_atomically
 from amprewrite.findings import Finding
@@ -61,19 +62,27 @@ def rewrite_project(
     outcomes: list[FileOutcome] = []
     handled: set[Path] = set()
     for group in program.groups:
+        members = [path for path in group if path in named]
         try:
-            group_outcomes = _rewrite_group(program, group, set(named), options, write)
+            with time_budget(files=len(group)):
+                group_outcomes = _rewrite_group(program, group, set(named), options)
+        except OverBudget:
+            group_outcomes = _all_left(program, members, Status.UNCHANGED,
+                                       over_time(files=len(group)))
         except Exception as exc:  # a bug, or a module too deep to link: this group only
-            group_outcomes = _all_failed(program, [p for p in group if p in named],
-                                         rewrite_failure(exc))
-        if group_outcomes is not None:
-            outcomes.extend(group_outcomes)
-            handled.update(p for p in group if p in named)
+            group_outcomes = _all_left(program, members, Status.FAILED, rewrite_failure(exc))
+        if group_outcomes is None:
+            continue
+        if write:  # outside the budget: a write is never abandoned half way
+            by_shown = {program.shown[path]: path for path in members}
+            _write_all(group_outcomes, [by_shown[outcome.path] for outcome in group_outcomes])
+        outcomes.extend(group_outcomes)
+        handled.update(members)
     return outcomes, handled
 
 
 def _rewrite_group(
-    program: Program, group: list[Path], named: set[Path], options: Options, write: bool
+    program: Program, group: list[Path], named: set[Path], options: Options
 ) -> list[FileOutcome] | None:
     """The named files' outcomes, or None when the group turns out not to be linked (the
     single-file path then takes them)."""
@@ -81,7 +90,7 @@ def _rewrite_group(
     if isinstance(modules, tuple):  # a module that cannot be parsed
         return _blocked_by(program, group, named, *modules)
     if options.opt_level == "O0":
-        return _revert_group(program, modules, named, options, write)
+        return _revert_group(program, modules, named, options)
     if any(choose(m.analysis, options).name not in _LINKABLE for m in modules):
         return None
     link_group(modules, program)
@@ -93,7 +102,7 @@ def _rewrite_group(
         return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
     for module in modules:
         module.analysis.links = module.links if module.links else None
-    return _carry_out(program, group, modules, named, options, write)
+    return _carry_out(program, group, modules, named, options)
 
 
 def _analysed(program: Program, group: list[Path]) -> list[LinkedModule] | tuple[Path, Finding]:
@@ -110,8 +119,7 @@ def _analysed(program: Program, group: list[Path]) -> list[LinkedModule] | tuple
 
 
 def _revert_group(
-    program: Program, modules: list[LinkedModule], named: set[Path], options: Options,
-    write: bool,
+    program: Program, modules: list[LinkedModule], named: set[Path], options: Options
 ) -> list[FileOutcome] | None:
     """O0 on a rewritten project: the named files revert together, and not while a module
     that was not named still uses the scaler a named one would stop taking or creating."""
@@ -121,14 +129,14 @@ def _revert_group(
     unnamed = [m.shown for m in modules if m.path not in named and m.analysis.amp_usage]
     if unnamed:
         return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
-    return _carry_out(program, [m.path for m in modules], modules, named, options, write)
+    return _carry_out(program, [m.path for m in modules], modules, named, options)
 
 
 def _carry_out(
     program: Program, group: list[Path], modules: list[LinkedModule], named: set[Path],
-    options: Options, write: bool,
+    options: Options,
 ) -> list[FileOutcome]:
-    """Every named module of the group rewritten, all compiled before any is written."""
+    """Every named module of the group rewritten and compiled (written after, together)."""
     results: dict[Path, FileOutcome] = {}
     for module in modules:
         if module.path not in named:
@@ -142,14 +150,14 @@ def _carry_out(
         results[module.path] = FileOutcome(
             module.shown, Status.CHANGED if changed else Status.UNCHANGED,
             list(result.findings), source, result.source if changed else source)
-    outcomes = list(results.values())
-    if write:
-        _write_all(outcomes, list(results))
-    return outcomes
+    return list(results.values())
 
 
-def _all_failed(program: Program, paths: list[Path], finding: Finding) -> list[FileOutcome]:
-    return [FileOutcome(program.shown[path], Status.FAILED, [finding], program.sources[path],
+def _all_left(
+    program: Program, paths: list[Path], status: Status, finding: Finding
+) -> list[FileOutcome]:
+    """Each of `paths` left as it is, with `status` and `finding`."""
+    return [FileOutcome(program.shown[path], status, [finding], program.sources[path],
                         program.sources[path]) for path in paths]
 
 
