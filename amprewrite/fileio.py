@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 TEMPORARY_SUFFIX = ".amprewrite"
@@ -75,14 +76,45 @@ def write_atomically(
 
     `check(path, data)` must pass (a Python source must compile; a notebook, another check
     raising `UnparsableOutput`). The data goes to a temporary file beside the target, is
-    fsynced and given the target's mode; then, when `expected` is given, the file must still
-    hold it (else someone saved it meanwhile: `ChangedOnDisk`, and the temporary file is
-    removed), and only then is it renamed over the target, so either the old or the new
-    content is visible at every moment, and a save is lost only when it lands between that
-    last comparison and the rename (microseconds, not the time a write and an fsync take).
-    A symbolic link is written through: the link stays, its target changes. A read-only file
-    raises `PermissionError`, also for root.
+    fsynced and given the target's mode (`stage`); then, when `expected` is given, the file
+    must still hold it (else someone saved it meanwhile: `ChangedOnDisk`, and the temporary
+    file is removed), and only then is it renamed over the target (`Staged.commit`), so
+    either the old or the new content is visible at every moment, and a save is lost only
+    when it lands between that last comparison and the rename (microseconds, not the time a
+    write and an fsync take). A symbolic link is written through: the link stays, its target
+    changes. A read-only file raises `PermissionError`, also for root.
     """
+    stage(path, data, check).commit(expected)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """New content written and fsynced beside its target, not in place yet."""
+
+    target: Path  # the file it replaces (a symbolic link resolved)
+    temporary: str
+
+    def commit(self, expected: bytes | None = None) -> None:
+        """Rename it over the target, which must still hold `expected` when given
+        (`ChangedOnDisk` otherwise); on any failure the temporary file is removed."""
+        try:
+            if expected is not None and not _holds(self.target, expected):
+                raise ChangedOnDisk("the file changed on disk while amprewrite was rewriting it")
+            os.replace(self.temporary, self.target)
+        except BaseException:
+            self.discard()
+            raise
+        _fsync_directory(self.target.parent)
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.temporary)
+
+
+def stage(
+    path: Path, data: bytes, check: Callable[[Path, bytes], None] = check_compiles
+) -> Staged:
+    """`data`, checked, in a temporary file beside `path`'s target, fsynced, with its mode."""
     check(path, data)
     target = path.resolve()
     mode = stat.S_IMODE(target.stat().st_mode)
@@ -93,20 +125,17 @@ def write_atomically(
     handle, temporary = tempfile.mkstemp(
         dir=target.parent, prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX
     )
+    staged = Staged(target, temporary)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)
-        if expected is not None and not _holds(target, expected):
-            raise ChangedOnDisk("the file changed on disk while amprewrite was rewriting it")
-        os.replace(temporary, target)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        staged.discard()
         raise
-    _fsync_directory(target.parent)
+    return staged
 
 
 def _holds(target: Path, expected: bytes) -> bool:

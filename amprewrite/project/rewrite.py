@@ -19,7 +19,7 @@ from amprewrite import engine
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.budget import OverBudget, over_time, time_budget
 from amprewrite.catalog import ERROR, declare
-from amprewrite.fileio import write_atomically
+from amprewrite.fileio import Staged, stage, write_atomically
 from amprewrite.findings import Finding
 from amprewrite.options import Options
 from amprewrite.project.links import LinkedModule, link_group
@@ -191,36 +191,51 @@ def _blocked_by(
 
 
 def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
-    """Write every changed file, or, when one write fails, put back those already written
-    and mark them all failed. Ctrl-C meanwhile takes effect once they are all written (or
-    put back); anything else that interrupts the writes (SystemExit, a Ctrl-C outside the
-    main thread) puts back those already written before it goes on. Only SIGKILL (or a power
-    cut) between two writes can leave a group half rewritten."""
+    """Write every changed file, or none: each is staged (written and fsynced beside its
+    target) before any is renamed into place, and when one cannot be staged or renamed,
+    those already renamed are put back and all are marked failed. Ctrl-C meanwhile takes
+    effect once they are all written (or put back); anything else that interrupts the writes
+    (SystemExit, a Ctrl-C outside the main thread) puts back those already renamed before it
+    goes on. Only SIGKILL (or a power cut) between two renames can leave a group half
+    rewritten."""
+    changed = [(path, outcome) for path, outcome in zip(paths, outcomes, strict=True)
+               if outcome.status is Status.CHANGED]
     with _ctrl_c_deferred():
-        _write_or_put_back(outcomes, paths)
+        staged: list[Staged] = []
+        for path, outcome in changed:
+            try:
+                staged.append(stage(path, outcome.after))
+            except BaseException as exc:
+                _abandon(outcomes, outcome, exc, [], staged)
+                return
+        for index, ((_, outcome), new) in enumerate(zip(changed, staged, strict=True)):
+            try:
+                new.commit(expected=outcome.before)
+            except BaseException as exc:
+                _abandon(outcomes, outcome, exc, changed[:index], staged[index + 1:])
+                return
 
 
-def _write_or_put_back(outcomes: list[FileOutcome], paths: list[Path]) -> None:
-    written: list[tuple[Path, FileOutcome]] = []
-    for path, outcome in zip(paths, outcomes, strict=True):
-        if outcome.status is not Status.CHANGED:
-            continue
-        try:
-            write_atomically(path, outcome.after, expected=outcome.before)
-        except BaseException as exc:
-            _put_back(written)
-            if not isinstance(exc, Exception):
-                raise
-            failure = write_failure(exc)
-            for other in outcomes:
-                if other.status is Status.CHANGED:
-                    other.status = Status.FAILED
-                    other.after = other.before
-                    other.findings.append(failure if other is outcome else Finding(
-                        LINKED_FILE_FAILED, 1, 1, f"not written: {outcome.path}, which shares "
-                        "this file's training step, could not be written"))
-            return
-        written.append((path, outcome))
+def _abandon(
+    outcomes: list[FileOutcome], failed: FileOutcome, exc: BaseException,
+    written: list[tuple[Path, FileOutcome]], staged: list[Staged],
+) -> None:
+    """Undo a group's writes after `failed`'s raised `exc` (raised again unless an
+    Exception): those `written` put back, those `staged` discarded, every changed outcome
+    marked failed."""
+    for new in staged:
+        new.discard()
+    _put_back(written)
+    if not isinstance(exc, Exception):
+        raise exc
+    failure = write_failure(exc)
+    for other in outcomes:
+        if other.status is Status.CHANGED:
+            other.status = Status.FAILED
+            other.after = other.before
+            other.findings.append(failure if other is failed else Finding(
+                LINKED_FILE_FAILED, 1, 1, f"not written: {failed.path}, which shares "
+                "this file's training step, could not be written"))
 
 
 @contextlib.contextmanager
