@@ -104,7 +104,7 @@ class Staged:
         except BaseException:
             self.discard()
             raise
-        _fsync_directory(self.target.parent)
+        fsync_directory(self.target.parent)
 
     def discard(self) -> None:
         with contextlib.suppress(OSError):
@@ -149,7 +149,7 @@ def _holds(target: Path, expected: bytes) -> bool:
         after.st_mtime_ns, after.st_size)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     """Make the rename itself durable (best effort: not every platform allows it)."""
     with contextlib.suppress(OSError):
         descriptor = os.open(directory, os.O_RDONLY)

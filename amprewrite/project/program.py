@@ -132,7 +132,7 @@ def load_program(named: dict[Path, str], jobs: int | None = None) -> Program:
         if found is not None and found.imported & set(named):
             sources[path] = source
             outlines[path] = found
-    shown = {path: named.get(path) or _shown(path) for path in sources}
+    shown = {path: named.get(path) or shown_path(path) for path in sources}
     return Program(root, finder, sources, shown, _groups(outlines, set(named)), outlines)
 
 
@@ -217,7 +217,7 @@ def _python_files(root: Path) -> Iterator[Path]:
                 yield resolved(here / name)
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     """A module that was not named, as a path relative to the current directory."""
     relative = os.path.relpath(path)
     return path.as_posix() if relative.startswith("..") else Path(relative).as_posix()

@@ -22,8 +22,10 @@ from amprewrite.catalog import ERROR, declare
 from amprewrite.fileio import Staged, stage, write_atomically
 from amprewrite.findings import Finding
 from amprewrite.options import Options
+from amprewrite.project import journal
+from amprewrite.project.layout import project_root
 from amprewrite.project.links import LinkedModule, link_group
-from amprewrite.project.program import Program, load_program
+from amprewrite.project.program import Program, load_program, shown_path
 from amprewrite.recipes import choose
 from amprewrite.runner import FileOutcome, Status, rewrite_failure, write_failure
 
@@ -58,8 +60,10 @@ def rewrite_project(
     """Outcomes of the named files that belong to a group of linked modules, and those
     files; the others are left to the single-file path. `jobs`: processes for outlining
     many files (default: all cores)."""
+    recovered = journal.recover(project_root(list(named))) if write else []
+    outcomes = [FileOutcome(shown_path(record), Status.UNCHANGED, [journal.completed(
+        [shown_path(file) for file in files])]) for record, files in recovered]
     program = load_program(named, jobs)
-    outcomes: list[FileOutcome] = []
     handled: set[Path] = set()
     for group in program.groups:
         members = [path for path in group if path in named]
@@ -75,7 +79,8 @@ def rewrite_project(
             continue
         if write:  # outside the budget: a write is never abandoned half way
             by_shown = {program.shown[path]: path for path in members}
-            _write_all(group_outcomes, [by_shown[outcome.path] for outcome in group_outcomes])
+            _write_all(group_outcomes, [by_shown[outcome.path] for outcome in group_outcomes],
+                       program.root)
         outcomes.extend(group_outcomes)
         handled.update(members)
     return outcomes, handled
@@ -190,14 +195,14 @@ def _blocked_by(
     return outcomes
 
 
-def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
+def _write_all(outcomes: list[FileOutcome], paths: list[Path], root: Path) -> None:
     """Write every changed file, or none: each is staged (written and fsynced beside its
     target) before any is renamed into place, and when one cannot be staged or renamed,
     those already renamed are put back and all are marked failed. Ctrl-C meanwhile takes
     effect once they are all written (or put back); anything else that interrupts the writes
     (SystemExit, a Ctrl-C outside the main thread) puts back those already renamed before it
-    goes on. Only SIGKILL (or a power cut) between two renames can leave a group half
-    rewritten."""
+    goes on. SIGKILL (or a power cut) between two renames leaves the group's journal in
+    `root`, from which the next run completes it."""
     changed = [(path, outcome) for path, outcome in zip(paths, outcomes, strict=True)
                if outcome.status is Status.CHANGED]
     with _ctrl_c_deferred():
@@ -208,12 +213,20 @@ def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
             except BaseException as exc:
                 _abandon(outcomes, outcome, exc, [], staged)
                 return
-        for index, ((_, outcome), new) in enumerate(zip(changed, staged, strict=True)):
-            try:
-                new.commit(expected=outcome.before)
-            except BaseException as exc:
-                _abandon(outcomes, outcome, exc, changed[:index], staged[index + 1:])
-                return
+        entries = [journal.Entry(str(new.target), new.temporary, journal.digest(
+            outcome.before), journal.digest(outcome.after))
+            for (_, outcome), new in zip(changed, staged, strict=True)]
+        record = journal.begin(root, entries) if len(changed) > 1 else None
+        try:
+            for index, ((_, outcome), new) in enumerate(zip(changed, staged, strict=True)):
+                try:
+                    new.commit(expected=outcome.before)
+                except BaseException as exc:
+                    _abandon(outcomes, outcome, exc, changed[:index], staged[index + 1:])
+                    return
+        finally:
+            if record is not None:
+                journal.end(record)
 
 
 def _abandon(
