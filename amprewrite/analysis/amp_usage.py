@@ -115,7 +115,7 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
             else:
                 usage.imports.append(statement)
         elif isinstance(statement, cst.With) and len(statement.items) == 1 and _is_autocast(
-                statement.items[0].item, facts) and not turns_off(statement.items[0].item):  # type: ignore[arg-type]
+                statement.items[0].item, facts) and not turns_off(statement.items[0].item):
             usage.unwrap.append(statement)
         elif isinstance(statement, cst.If) and _guards_on_scaler(statement, usage):
             if _restores_scaler(statement, usage):
@@ -237,7 +237,8 @@ def _guards_kept(facts: ModuleFacts) -> set[str]:
     """The local names of the autocasts that `with ...(enabled=False):` guards call."""
     return {dotted(item.item.func) or "" for statement in facts.statements
             if isinstance(statement, cst.With) for item in statement.items
-            if _is_autocast(item.item, facts) and turns_off(item.item)}  # type: ignore[arg-type,attr-defined]
+            if isinstance(item.item, cst.Call) and _is_autocast(item.item, facts)
+            and turns_off(item.item)}
 
 
 def _bound_names(line: cst.SimpleStatementLine) -> set[str]:

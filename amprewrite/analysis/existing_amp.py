@@ -108,12 +108,12 @@ def amp_in_training(facts: ModuleFacts, training_regions: list[Region]) -> AmpIn
     return found
 
 
-def turns_off(call: cst.Call) -> bool:
+def turns_off(call: cst.BaseExpression) -> bool:
     """`autocast(enabled=False)`: a guard keeping code in float32, not mixed precision
     (amprewrite never writes one: O0 keeps it)."""
-    return any(arg.keyword is not None and arg.keyword.value == "enabled"
-               and isinstance(arg.value, cst.Name) and arg.value.value == "False"
-               for arg in call.args)
+    return isinstance(call, cst.Call) and any(
+        arg.keyword is not None and arg.keyword.value == "enabled"
+        and isinstance(arg.value, cst.Name) and arg.value.value == "False" for arg in call.args)
 
 
 def _grad_free(site: CallSite, facts: ModuleFacts, in_training: set[int]) -> bool:
