@@ -62,8 +62,8 @@ TOO_LARGE = declare(
 
 def too_large(size: int) -> Finding:
     """The finding for a source of `size` bytes, over MAX_SOURCE_BYTES."""
-    return Finding(TOO_LARGE, 1, 1, f"{size / 2**20:.1f} MB, over the "
-                   f"{MAX_SOURCE_BYTES / 2**20:.0f} MB a file may have; {_LEFT_UNCHANGED}")
+    return Finding(TOO_LARGE, 1, 1, f"a source of {size / 2**20:.1f} MB is over the "
+                   f"{MAX_SOURCE_BYTES / 2**20:.0f} MB limit; {_LEFT_UNCHANGED}")
 
 
 def rewrite_source(source: bytes, options: Options) -> RewriteResult:

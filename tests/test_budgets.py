@@ -45,7 +45,7 @@ def test_a_source_over_the_size_limit_is_left_alone_unread(
     assert outcome.status is Status.UNCHANGED and path.read_bytes() == source
     [finding] = outcome.findings
     assert (finding.code, finding.line) == ("AMP008", 1)
-    assert finding.message.endswith("a file may have; file left unchanged")
+    assert finding.message.endswith(" MB limit; file left unchanged")
     assert process_source("-", source, Options(), explicit=True).findings == [finding]
 
 
