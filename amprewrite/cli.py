@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
 from amprewrite import __version__
+from amprewrite.catalog import Severity
 from amprewrite.config import ConfigError, find_pyproject, read_config
-from amprewrite.discovery import DEFAULT_INCLUDE, Target, find_targets
+from amprewrite.discovery import DEFAULT_INCLUDE, Problem, Target, find_targets
+from amprewrite.fileio import resolved
 from amprewrite.filters import keep_findings
+from amprewrite.findings import Finding
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
 from amprewrite.output_formats import print_github, print_json
 from amprewrite.parallel import run_files
 from amprewrite.project.rewrite import links_projects, rewrite_project
 from amprewrite.report import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
     Verbosity,
     apply_hint,
     exit_code,
@@ -116,44 +123,65 @@ def main(
     notebook, cells counted from 1, markdown cells included).
 
     Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
-    0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written.
+    0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written (or
+    an internal error), 130 interrupted (Ctrl-C).
 
     `amprewrite compare -- python train.py` runs a rewritten script as FP32 and with AMP and
     compares losses and speed (see `amprewrite compare --help`; a file named `compare` is
     written `./compare`).
     """
-    settings, root = _settings(ctx, paths, config_path)
-    options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
-                      settings["keep_batchnorm_fp32"], settings["master_weights"],
-                      settings["loss_scale"], reproducible=settings["reproducible"],
-                      seed=settings["seed"])
-    _refuse_bad_usage(paths, options, quiet and verbose)
-    verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
-    write = not (check or show_diff)
-    outcomes = [_stdin(stdin_filename, options, write)] if STDIN in paths else []
-    excludes = _patterns(settings["exclude"], settings["extend_exclude"])
-    [include] = _patterns(settings["include"] or DEFAULT_INCLUDE)
-    found = find_targets([Path(path) for path in paths if path != STDIN], excludes,
-                         root if settings["force_exclude"] else None, include)
-    linked, alone = _projects(found.targets, options, write, jobs)
-    outcomes.extend(linked)
-    outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
-    codes = _codes(settings["select"]), _codes(settings["ignore"])
-    outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
-    text = summary(outcomes, would=not write, excluded=found.excluded)
-    if output_format == "json":
-        print_json(outcomes, not write, text)
-    elif output_format == "github":
-        print_github(outcomes, would=not write)
-    else:
-        for outcome in outcomes:
-            report_findings(outcome, verbosity, would=not write)
-            if show_diff and outcome.status is Status.CHANGED:
-                print_diff(outcome)
-        if verbosity is not Verbosity.QUIET:
-            _print_hints(ctx, outcomes)
-            click.echo(text, err=True)
-    sys.exit(exit_code(outcomes, exit_zero))
+    with _exit_codes():
+        settings, root = _settings(ctx, paths, config_path)
+        options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
+                          settings["keep_batchnorm_fp32"], settings["master_weights"],
+                          settings["loss_scale"], reproducible=settings["reproducible"],
+                          seed=settings["seed"])
+        _refuse_bad_usage(paths, options, quiet and verbose)
+        verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
+        write = not (check or show_diff)
+        outcomes = [_stdin(stdin_filename, options, write)] if STDIN in paths else []
+        excludes = _patterns(settings["exclude"], settings["extend_exclude"])
+        [include] = _patterns(settings["include"] or DEFAULT_INCLUDE)
+        found = find_targets([Path(path) for path in paths if path != STDIN], excludes,
+                             root if settings["force_exclude"] else None, include)
+        outcomes.extend(_problems(found.problems))
+        linked, alone = _projects(found.targets, options, write, jobs)
+        outcomes.extend(linked)
+        outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
+        codes = _codes(settings["select"]), _codes(settings["ignore"])
+        outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
+        text = summary(outcomes, would=not write, excluded=found.excluded)
+        if output_format == "json":
+            print_json(outcomes, not write, text)
+        elif output_format == "github":
+            print_github(outcomes, would=not write)
+        else:
+            for outcome in outcomes:
+                report_findings(outcome, verbosity, would=not write)
+                if show_diff and outcome.status is Status.CHANGED:
+                    print_diff(outcome)
+            if verbosity is not Verbosity.QUIET:
+                _print_hints(ctx, outcomes)
+                click.echo(text, err=True)
+        sys.exit(exit_code(outcomes, exit_zero))
+
+
+@contextlib.contextmanager
+def _exit_codes() -> Iterator[None]:
+    """Ctrl-C exits 130 and a crash outside any one file (every file's own failure is a
+    finding) 123, each with one line and no traceback: 1 means that files were rewritten."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except KeyboardInterrupt:
+        click.echo("amprewrite: interrupted; each file is as it was or completely rewritten",
+                   err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        click.echo(f"amprewrite: internal error ({type(exc).__name__}: {exc}); please report "
+                   "it", err=True)
+        sys.exit(EXIT_FAILED)
 
 
 def _projects(
@@ -161,7 +189,7 @@ def _projects(
 ) -> tuple[list[FileOutcome], list[Target]]:
     """The outcomes of the files whose training step spans several modules (rewritten
     together), and the targets left to rewrite one by one."""
-    sources = {t.path.resolve(): t for t in targets if not is_notebook(str(t.path))}
+    sources = {resolved(t.path): t for t in targets if not is_notebook(str(t.path))}
     if not sources or not links_projects(options):
         return [], targets
     outcomes, handled = rewrite_project({p: str(t.path) for p, t in sources.items()},
@@ -169,7 +197,18 @@ def _projects(
     explicit = {str(t.path): t.explicit for t in targets}
     for outcome in outcomes:
         outcome.explicit = explicit.get(outcome.path, True)
-    return outcomes, [t for t in targets if t.path.resolve() not in handled]
+    return outcomes, [t for t in targets if resolved(t.path) not in handled]
+
+
+def _problems(problems: list[Problem]) -> list[FileOutcome]:
+    """An outcome for each entry the walk could not use as it is (a `.gitignore`, a symlink
+    leading outside), failed when one of its findings is an error."""
+    findings: dict[Path, list[Finding]] = {}
+    for path, finding in problems:
+        findings.setdefault(path, []).append(finding)
+    return [FileOutcome(str(path), Status.FAILED if any(f.severity is Severity.ERROR
+                                                        for f in found) else Status.UNCHANGED,
+                        found, explicit=False) for path, found in findings.items()]
 
 
 def _print_hints(ctx: click.Context, outcomes: list[FileOutcome]) -> None:

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from amprewrite.fileio import resolved
+
 KEYS = {
     "opt-level": str, "dtype": str, "plain": bool, "keep-batchnorm-fp32": bool,
     "master-weights": bool, "loss-scale": (str, int, float), "reproducible": bool, "seed": int,
@@ -26,8 +28,8 @@ class ConfigError(Exception):
 def find_pyproject(inputs: list[Path]) -> Path | None:
     """The nearest pyproject.toml with a [tool.amprewrite] table above the inputs' common
     directory, not looking past the repository root (.git / .hg)."""
-    resolved = [p.resolve() for p in inputs] or [Path.cwd()]
-    directory = Path(*_common_parts(resolved))
+    real = [resolved(p) for p in inputs] or [Path.cwd()]
+    directory = Path(*_common_parts(real))
     if not directory.is_dir():
         directory = directory.parent
     for candidate in (directory, *directory.parents):

@@ -12,6 +12,7 @@ import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis, analyse
 from amprewrite.analysis.training_step import Note
+from amprewrite.catalog import SKIP, declare
 from amprewrite.codegen import Layout, locate, render_module
 from amprewrite.findings import (
     ALREADY_MIXED_PRECISION,
@@ -48,20 +49,42 @@ class RewriteError(Exception):
         self.finding = finding
 
 
+# Larger sources are left alone (libcst takes several hundred bytes of memory per byte).
+MAX_SOURCE_BYTES = 5 * 1024 * 1024
+
+TOO_LARGE = declare(
+    "AMP008", SKIP, "file too large to rewrite",
+    "A source over 5 MB (`engine.MAX_SOURCE_BYTES`; a notebook's code cells together) is "
+    "left unchanged: parsing it would take gigabytes of memory. Such a file is generated "
+    "rather than a training script: exclude it.",
+)
+
+
+def too_large(size: int) -> Finding:
+    """The finding for a source of `size` bytes, over MAX_SOURCE_BYTES."""
+    return Finding(TOO_LARGE, 1, 1, f"a source of {size / 2**20:.1f} MB is over the "
+                   f"{MAX_SOURCE_BYTES / 2**20:.0f} MB limit; {_LEFT_UNCHANGED}")
+
+
 def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     """Rewrite one Python source (bytes, any PEP 263 encoding) for `options`."""
     try:
         return _rewrite(source, options)
     except RecursionError as exc:  # libcst walks recursively: a pathologically deep file
-        raise RewriteError(Finding(CANNOT_PROCESS, 1, 1,
-                                   "source too deeply nested to analyse; file "
-                                   "left unchanged")) from exc
+        raise RewriteError(_too_deep()) from exc
+
+
+def _too_deep() -> Finding:
+    return Finding(CANNOT_PROCESS, 1, 1, "source too deeply nested to analyse; file left "
+                   "unchanged")
 
 
 def _rewrite(source: bytes, options: Options) -> RewriteResult:
     problem = validate(options)
     if problem is not None:
         raise ValueError(problem)
+    if len(source) > MAX_SOURCE_BYTES:
+        return RewriteResult(source, [too_large(len(source))])
     _check_decodes(source)
     if not MAY_TRAIN.search(source):  # most files of a repository: no need to parse them
         message = "no torch, backward or training framework in this file; skipped"
@@ -166,29 +189,17 @@ def parse(source: bytes) -> cst.Module:
 
 
 def _parse(source: bytes) -> cst.Module:
+    _check_input_compiles(source)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise RewriteError(_syntax_error(source, exc)) from exc
+        raise RewriteError(_syntax_error(exc)) from exc
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, _UNDECODABLE)) from exc
 
 
-def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> Finding:
-    """AMP003 at the line and column CPython reports, with its message (as black does);
-    libcst's own position only when CPython parses what libcst cannot."""
-    import ast
-    import warnings
-
-    try:
-        with warnings.catch_warnings():  # e.g. SyntaxWarning: invalid escape sequence
-            warnings.simplefilter("ignore")
-            compile(source, "<source>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as error:
-        return Finding(CANNOT_PARSE, error.lineno or 1, error.offset or 1,
-                       f"cannot parse: {error.msg}; {_LEFT_UNCHANGED}")
-    except ValueError:
-        pass
+def _syntax_error(exc: cst.ParserSyntaxError) -> Finding:
+    """AMP003 where libcst cannot parse what CPython compiles, at libcst's position."""
     where = re.search(r"error at (\d+):(\d+)", exc.message)
     line, col = (int(where[1]), int(where[2]) + 1) if where else (exc.editor_line, 1)
     return Finding(CANNOT_PARSE, line, col, "cannot parse (this Python syntax is not supported "
@@ -198,15 +209,63 @@ def _syntax_error(source: bytes, exc: cst.ParserSyntaxError) -> Finding:
 _LEFT_UNCHANGED = "file left unchanged"
 
 
+def _check_input_compiles(source: bytes) -> None:
+    """CPython compiles the input before libcst parses it (in C: a few percent of a
+    rewrite's time). What it refuses is the user's error, AMP003 at CPython's line and column
+    with its message (as black reports it), also where its parser accepts what its compiler
+    refuses (`return` at module level, `def f(a, a)`, a repeated keyword); an expression too
+    deep for it (a sum of thousands of terms, which libcst's parser would take minutes over)
+    is refused at once."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # e.g. SyntaxWarning: invalid escape sequence
+            warnings.simplefilter("ignore")
+            compile(source, "<source>", "exec", dont_inherit=True)
+    except SyntaxError as refused:
+        verb = "compile" if _parses(source) else "parse"
+        raise RewriteError(Finding(CANNOT_PARSE, refused.lineno or 1, refused.offset or 1,
+                                   f"cannot {verb}: {refused.msg}; {_LEFT_UNCHANGED}")
+                           ) from refused
+    except (RecursionError, MemoryError) as exc:  # MemoryError: CPython's parser stack
+        raise RewriteError(_too_deep()) from exc
+    except ValueError:
+        pass  # libcst's parse reports it
+
+
+def _parses(source: bytes) -> bool:
+    """Whether CPython's parser accepts `source` (its compiler may still refuse it)."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<source>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
 def _check_compiles(source: bytes) -> None:
     """Compile the output: a bug in a rule must never reach the file. CPython's own parser
     and compiler are the authority (and catch what the grammar allows but Python refuses,
     like a repeated keyword); a second libcst parse would only cost time."""
     try:
         compile(source, "<amprewrite output>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
-        raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, f"internal error: the rewrite does not "
-                                   f"compile ({exc}); file left unchanged")) from exc
+    except SyntaxError as exc:
+        if exc.msg == "too many statically nested blocks":
+            raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, "the rewrite would nest blocks "
+                                       "deeper than Python allows (20: a `with autocast()` in "
+                                       f"20 loops); {_LEFT_UNCHANGED}")) from exc
+        raise RewriteError(_internal(exc)) from exc
+    except ValueError as exc:
+        raise RewriteError(_internal(exc)) from exc
+
+
+def _internal(exc: Exception) -> Finding:
+    return Finding(CANNOT_PROCESS, 1, 1, f"internal error: the rewrite does not compile "
+                   f"({exc}); {_LEFT_UNCHANGED}")
 
 
 def _locate(module: cst.Module, notes: list[Note]) -> list[Finding]:

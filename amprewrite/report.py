@@ -21,7 +21,8 @@ from amprewrite.runner import FileOutcome, Status
 EXIT_NOTHING_TO_CHANGE = 0
 EXIT_CHANGED = 1
 EXIT_USAGE = 2  # raised through click.UsageError, which exits with it
-EXIT_FAILED = 123
+EXIT_FAILED = 123  # a file could not be processed, or the run itself failed
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 
 
 class Verbosity(enum.IntEnum):

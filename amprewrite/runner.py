@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from amprewrite import engine
+from amprewrite.budget import OverBudget, over_time, time_budget
 from amprewrite.engine import RewriteError
-from amprewrite.fileio import UnparsableOutput, WriteRefused, read_source, write_atomically
+from amprewrite.fileio import (
+    TooLarge,
+    UnparsableOutput,
+    WriteRefused,
+    read_source,
+    write_atomically,
+)
 from amprewrite.findings import CANNOT_PARSE, CANNOT_PROCESS, Finding
 from amprewrite.options import Options
 
@@ -55,9 +62,12 @@ def process_source(path: str, source: bytes, options: Options, explicit: bool) -
     if is_notebook(path):
         return _process_notebook(path, source, options, explicit)
     try:
-        result = engine.rewrite_source(source, options)
+        with time_budget():
+            result = engine.rewrite_source(source, options)
         if not isinstance(result.source, bytes):
             raise TypeError(f"the engine returned {type(result.source).__name__}, not bytes")
+    except OverBudget:
+        return FileOutcome(path, Status.UNCHANGED, [over_time()], source, source, explicit)
     except Exception as exc:
         return _failed(path, explicit, rewrite_failure(exc), source)
     changed = result.changed and result.source != source
@@ -70,7 +80,10 @@ def _process_notebook(path: str, source: bytes, options: Options, explicit: bool
     from amprewrite.notebooks import rewrite_notebook
 
     try:
-        result = rewrite_notebook(source, options)
+        with time_budget():
+            result = rewrite_notebook(source, options)
+    except OverBudget:
+        return FileOutcome(path, Status.UNCHANGED, [over_time()], source, source, explicit)
     except Exception as exc:
         return _failed(path, explicit, rewrite_failure(exc), source)
     status = Status.CHANGED if result.changed else Status.UNCHANGED
@@ -82,7 +95,10 @@ def process_file(path: Path, options: Options, write: bool, explicit: bool) -> F
     """Read `path`, rewrite it, and write it back in place when `write` and it changed."""
     shown = str(path)
     try:
-        source = read_source(path)
+        source = read_source(path, None if is_notebook(shown) else engine.MAX_SOURCE_BYTES)
+    except TooLarge as exc:  # not even read: a notebook's limit is on its code cells
+        return FileOutcome(shown, Status.UNCHANGED, [engine.too_large(exc.size)],
+                           explicit=explicit)
     except OSError as exc:
         return _failed(shown, explicit, Finding(CANNOT_PROCESS, 1, 1,
                                                 f"cannot read: {_reason(exc)}"))

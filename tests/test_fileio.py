@@ -209,3 +209,22 @@ def test_encoding_bom_newlines_and_indentation_are_kept(tmp_path: Path, transfor
     if b"latin-1" in source:
         assert rewritten.startswith(b"# -*- coding: latin-1 -*-\n# caf\xe9\n")
     compile(rewritten, str(path), "exec")
+
+
+def test_a_save_while_the_temporary_file_is_written_is_kept(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison with what was read comes after the temporary file is written and
+    fsynced (the slow part), just before the rename: an editor's save meanwhile wins."""
+    real_fsync = os.fsync
+
+    def save_meanwhile(descriptor: int) -> None:
+        real_fsync(descriptor)
+        if path.read_bytes() == b"x = 1\n":
+            path.write_bytes(b"x = 'saved meanwhile'\n")
+
+    monkeypatch.setattr(os, "fsync", save_meanwhile)
+    with pytest.raises(ChangedOnDisk, match="changed on disk"):
+        write_atomically(path, NEW, expected=b"x = 1\n")
+    assert path.read_bytes() == b"x = 'saved meanwhile'\n"
+    assert _names(path.parent) == ["train.py"]

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
+from amprewrite import cli
 from amprewrite.engine import RewriteError, rewrite_source
 from amprewrite.options import Options
 from tests.test_cli import TRAINING
@@ -138,6 +140,49 @@ def test_sigint_exits_without_a_traceback(tmp_path: Path) -> None:
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert "Traceback" not in err
+    assert process.returncode == 130, err  # not 1, which says that files were rewritten
+    assert err.rstrip().endswith("amprewrite: interrupted; each file is as it was or "
+                                 "completely rewritten")
+
+
+@pytest.mark.parametrize(("raised", "code", "message"), [
+    (KeyboardInterrupt(), 130, "amprewrite: interrupted; each file is as it was"),
+    (KeyError("boom"), 123, "amprewrite: internal error (KeyError: 'boom'); please report it"),
+])
+def test_a_crash_or_ctrl_c_outside_any_file_does_not_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException, code: int,
+    message: str,
+) -> None:
+    (tmp_path / "train.py").write_bytes(TRAINING)
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(cli, "run_files", crash)
+    result = CliRunner().invoke(cli.main, [str(tmp_path)])
+    assert result.exit_code == code
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+_TRAINS = TRAINING + b"%s\n"
+
+
+@pytest.mark.parametrize(("line", "col", "message"), [
+    (b"return loss", 1, "'return' outside function"),
+    (b"def f(a, a):\n    pass", 10, "duplicate argument 'a' in function definition"),
+    (b"print(sep='', sep=' ')", 15, "keyword argument repeated: sep"),
+])
+def test_a_file_the_compiler_refuses_is_amp003_at_its_line(
+    line: bytes, col: int, message: str
+) -> None:
+    """CPython's parser accepts these, its compiler refuses them: the user's error, where the
+    user wrote it, not an internal error of the rewrite at 1:1."""
+    with pytest.raises(RewriteError) as raised:
+        rewrite_source(_TRAINS % line, Options())
+    finding = raised.value.finding
+    assert (finding.code, finding.line, finding.col) == ("AMP003", TRAINING.count(b"\n") + 1, col)
+    assert finding.message == f"cannot compile: {message}; file left unchanged"
 
 
 def test_every_package_is_installed() -> None:

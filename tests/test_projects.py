@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -169,26 +170,102 @@ def test_a_named_callee_whose_caller_was_not_named_changes_nothing(tmp_path: Pat
         "directory)"]
 
 
+@pytest.mark.parametrize("stage", ["staged", "renamed"])
 def test_one_file_that_cannot_be_written_leaves_every_file_as_it_was(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str
 ) -> None:
-    from amprewrite.project import rewrite
-
+    """trainer.py fails after train.py was staged (discarded), or renamed (put back)."""
     work = _copy("trainer_receives_optimizer", tmp_path)
     before = _tree(work)
-    real_write = rewrite.write_atomically
-
-    def write(path: Path, data: bytes, expected: bytes | None = None) -> None:
-        if path.name == "trainer.py":  # written after train.py, which must be put back
-            raise PermissionError(13, "permission denied (read-only file)", str(path))
-        real_write(path, data, expected=expected)
-
-    monkeypatch.setattr(rewrite, "write_atomically", write)
+    _fail_on(monkeypatch, "trainer.py", stage,
+             PermissionError(13, "permission denied (read-only file)", "trainer.py"))
     code, output = _run(work, ".")
     assert code == 123, output
     assert _tree(work) == before
     assert "trainer.py:1:1: AMP004" in output
     assert "train.py:1:1: AMP451" in output
+
+
+def _fail_on(
+    monkeypatch: pytest.MonkeyPatch, name: str, stage: str, exc: BaseException
+) -> None:
+    """Staging (`stage="staged"`) or renaming (`"renamed"`) the file `name` raises `exc`."""
+    from amprewrite import fileio
+    from amprewrite.project import rewrite
+
+    if stage == "staged":
+        real_stage = rewrite.stage
+
+        def staging(path: Path, data: bytes) -> fileio.Staged:
+            if path.name == name:
+                raise exc
+            return real_stage(path, data)
+
+        monkeypatch.setattr(rewrite, "stage", staging)
+        return
+    real_commit = fileio.Staged.commit
+
+    def commit(self: fileio.Staged, expected: bytes | None = None) -> None:
+        if self.target.name == name:
+            self.discard()
+            raise exc
+        real_commit(self, expected)
+
+    monkeypatch.setattr(fileio.Staged, "commit", commit)
+
+
+@pytest.mark.parametrize("stage", ["staged", "renamed"])
+def test_an_interruption_between_two_writes_puts_the_first_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str
+) -> None:
+    """Not only an `Exception`: a KeyboardInterrupt (or SystemExit) raised while the second
+    file is written puts the first back before it goes on (exit 130)."""
+    work = _copy("trainer_receives_optimizer", tmp_path)
+    before = _tree(work)
+    _fail_on(monkeypatch, "trainer.py", stage, KeyboardInterrupt())
+    code, output = _run(work, ".")
+    assert code == 130, output
+    assert _tree(work) == before
+
+
+def test_every_file_of_a_group_is_staged_before_the_first_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL can leave a group half rewritten only between two renames."""
+    work = _copy("trainer_receives_optimizer", tmp_path)
+    staged_at_renames: list[int] = []
+    real_replace = os.replace
+
+    def replace(source: str, target: Path) -> None:
+        staged_at_renames.append(len(list(work.glob(".*.amprewrite"))))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    code, output = _run(work, ".")
+    assert code == 1, output
+    assert staged_at_renames == [2, 1]
+
+
+def test_ctrl_c_while_a_group_is_written_takes_effect_once_it_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amprewrite import fileio
+
+    work = _copy("trainer_receives_optimizer", tmp_path)
+    before = _tree(work)
+    real_commit = fileio.Staged.commit
+
+    def commit(self: fileio.Staged, expected: bytes | None = None) -> None:
+        real_commit(self, expected)
+        if self.target.name == "train.py":  # Ctrl-C after the first of the two renames
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(fileio.Staged, "commit", commit)
+    code, output = _run(work, ".")
+    assert code == 130, output
+    after = _tree(work)
+    assert all(after[name] != before[name] for name in ("train.py", "trainer.py"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_imports_resolve_relative_absolute_and_from_the_script_directory(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from amprewrite.analysis.existing_amp import turns_off
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.scaler_home import SCALER_NAME
@@ -32,6 +33,13 @@ class AmpUsage:
     scalers: set[str] = field(default_factory=set)  # keys holding a grad scaler
     imports: list[Statement] = field(default_factory=list)  # runtime / sharded scaler imports
     statements: list[Statement] = field(default_factory=list)  # lines to delete
+    # the parts to delete of a line that holds others too (`loss.backward(); scaler.update()`)
+    parts: list[tuple[cst.SimpleStatementLine, cst.BaseSmallStatement]] = field(
+        default_factory=list)
+    # amprewrite_runtime imports to narrow to the names they keep: a name a kept
+    # `with autocast(enabled=False):` guard uses
+    narrowed: list[tuple[cst.SimpleStatementLine, frozenset[str]]] = field(
+        default_factory=list)
     unwrap: list[cst.With | cst.If] = field(default_factory=list)  # blocks to replace by bodies
     calls: list[cst.Call] = field(default_factory=list)  # scale(...).backward(), step(opt)
     scaled_arguments: list[cst.Call] = field(default_factory=list)  # `scaler.scale(x)` as an arg
@@ -48,6 +56,9 @@ class AmpUsage:
     master_params: dict[int, str] = field(default_factory=dict)
     # `def f(..., scaler=None)`: the parameters a project's rewrite added, by function
     parameters: list[tuple[cst.FunctionDef, str]] = field(default_factory=list)
+    # a scaler is created as amprewrite writes one: the runtime's class, or the plain style's
+    # `torch.amp.GradScaler(amp_device, ...)`
+    ours: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.scalers or self.unwrap or self.decorators or self.imports
@@ -56,6 +67,7 @@ class AmpUsage:
 
 def amp_usage(facts: ModuleFacts) -> AmpUsage:
     usage = AmpUsage()
+    scalers: list[cst.Call] = []  # the calls creating them
     for binding in facts.bindings:
         value = binding.value
         if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
@@ -67,18 +79,22 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
             value = value.right  # type: ignore[attr-defined]
         if isinstance(value, cst.Call) and _is_scaler_class(value.func, facts):
             usage.scalers.update(binding.keys)
-            usage.statements.append(binding.statement)
+            _delete(usage, binding.statement, value)
+            scalers.append(value)
     usage.scalers.update(_inherited_scalers(facts))
     for binding in facts.bindings:
         value = binding.value
         if isinstance(value, cst.Call) and facts.imports.resolve(
                 value.func) == "amprewrite_runtime.enable_reproducibility":
             usage.seeding.update(binding.keys)
-            usage.statements.append(binding.statement)
+            _delete(usage, binding.statement, value)
     devices = _autocast_devices(facts)
+    usage.ours = any((facts.imports.resolve(call.func) or "").startswith("amprewrite_runtime.")
+                     or (call.args and dotted(call.args[0].value) in devices)
+                     for call in scalers)
     for binding in facts.bindings:
         if binding.keys and binding.keys[0] in devices:
-            usage.statements.append(binding.statement)
+            _delete(usage, binding.statement, binding.value)
     models: dict[str, str] = {}
     for site in facts.calls:
         _classify_call(site.call, site.statement, usage, facts, models)
@@ -91,11 +107,16 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
             elif optimizer is not None:  # initialized in another module: the same parameters
                 usage.master_params[id(site.call)] = (
                     f'[p for group in {optimizer}.param_groups for p in group["params"]]')
+    guards = _guards_kept(facts)
     for statement in facts.statements:
         if isinstance(statement, cst.SimpleStatementLine) and _is_amp_import(statement):
-            usage.imports.append(statement)
+            kept = _bound_names(statement) & guards
+            if kept:
+                usage.narrowed.append((statement, frozenset(kept)))
+            else:
+                usage.imports.append(statement)
         elif isinstance(statement, cst.With) and len(statement.items) == 1 and _is_autocast(
-                statement.items[0].item, facts):
+                statement.items[0].item, facts) and not turns_off(statement.items[0].item):
             usage.unwrap.append(statement)
         elif isinstance(statement, cst.If) and _guards_on_scaler(statement, usage):
             if _restores_scaler(statement, usage):
@@ -105,6 +126,7 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
         if isinstance(statement, cst.FunctionDef):
             usage.decorators.extend(d for d in statement.decorators
                                     if _is_amp_decorator(d.decorator, facts))
+    _whole_lines(usage)
     # `for opt in optimizers: scaler.unscale_(opt)`: the loop goes with its only statements.
     deleted = set(usage.statements)
     for statement in facts.statements:
@@ -139,7 +161,7 @@ def _classify_call(
             usage.calls.append(call)
         elif method in ("update", "unscale_", "initialize") or (
                 method == "get_scale" and isinstance(statement, cst.SimpleStatementLine)):
-            usage.statements.append(statement)
+            _delete(usage, statement, call)
             if method == "initialize" and len(call.args) == 2:
                 model = facts.module.code_for_node(call.args[0].value)
                 models[dotted(call.args[1].value) or ""] = model
@@ -190,7 +212,43 @@ def _checkpoint_entry(call: cst.Call, statement: Statement, usage: AmpUsage) -> 
             if isinstance(item, cst.DictElement | cst.Arg) and item.value is call:
                 usage.entries.append((node, item))
                 return
-    usage.statements.append(statement)
+    _delete(usage, statement, call)
+
+
+def _delete(usage: AmpUsage, statement: Statement, node: cst.CSTNode) -> None:
+    """Delete the statement holding `node`: only its part of a line that holds others, which
+    are the author's (`loss.backward(); opt.step()` on one line with the scaler's update)."""
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) > 1:
+        part = next(small for small in statement.body
+                    if any(inner is node for inner in descendants(small)))
+        usage.parts.append((statement, part))
+    else:
+        usage.statements.append(statement)
+
+
+def _whole_lines(usage: AmpUsage) -> None:
+    """A line every part of which is deleted is deleted whole."""
+    parts: dict[cst.SimpleStatementLine, set[int]] = {}
+    for line, part in usage.parts:
+        parts.setdefault(line, set()).add(id(part))
+    whole = {line for line, ids in parts.items() if len(ids) == len(line.body)}
+    usage.statements.extend(whole)
+    usage.parts = [(line, part) for line, part in usage.parts if line not in whole]
+
+
+def _guards_kept(facts: ModuleFacts) -> set[str]:
+    """The local names of the autocasts that `with ...(enabled=False):` guards call."""
+    return {dotted(item.item.func) or "" for statement in facts.statements
+            if isinstance(statement, cst.With) for item in statement.items
+            if isinstance(item.item, cst.Call) and _is_autocast(item.item, facts)
+            and turns_off(item.item)}
+
+
+def _bound_names(line: cst.SimpleStatementLine) -> set[str]:
+    """The names an import line binds."""
+    return {dotted(alias.asname.name if alias.asname else alias.name) or ""
+            for small in line.body if isinstance(small, cst.ImportFrom | cst.Import)
+            and not isinstance(small.names, cst.ImportStar) for alias in small.names}
 
 
 def _is_scaler_class(func: cst.BaseExpression, facts: ModuleFacts) -> bool:

@@ -98,7 +98,7 @@ def amp_in_training(facts: ModuleFacts, training_regions: list[Region]) -> AmpIn
             resolved.startswith(("torch.", "amprewrite_runtime.")))
         if scaler or resolved.startswith(("apex.amp.", "apex.fp16_utils.")):
             found.trains = True
-        elif resolved in _AUTOCASTS:
+        elif resolved in _AUTOCASTS and not turns_off(site.call):
             if _grad_free(site, facts, in_training):
                 found.evaluation_autocasts.append(site)
                 dtypes.add(_dtype_of(site.call, facts))
@@ -106,6 +106,14 @@ def amp_in_training(facts: ModuleFacts, training_regions: list[Region]) -> AmpIn
                 found.trains = True
     found.dtype = dtypes.pop() if len(dtypes) == 1 else None
     return found
+
+
+def turns_off(call: cst.BaseExpression) -> bool:
+    """`autocast(enabled=False)`: a guard keeping code in float32, not mixed precision
+    (amprewrite never writes one: O0 keeps it)."""
+    return isinstance(call, cst.Call) and any(
+        arg.keyword is not None and arg.keyword.value == "enabled"
+        and isinstance(arg.value, cst.Name) and arg.value.value == "False" for arg in call.args)
 
 
 def _grad_free(site: CallSite, facts: ModuleFacts, in_training: set[int]) -> bool:

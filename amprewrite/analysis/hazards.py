@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts
@@ -20,30 +22,52 @@ AUTOGRAD_GRAD = declare(
     "and unscale the gradients as in the AMP recipe.",
 )
 
-_LOW_PRECISION = frozenset({"torch.float16", "torch.half", "torch.bfloat16",
-                            "torch.HalfTensor", "torch.cuda.HalfTensor", "torch.BFloat16Tensor"})
+_LOW_PRECISION = {"torch.float16": "float16", "torch.half": "float16",
+                  "torch.bfloat16": "bfloat16", "torch.HalfTensor": "float16",
+                  "torch.cuda.HalfTensor": "float16", "torch.BFloat16Tensor": "bfloat16"}
+_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
 
 
-def manual_casts(facts: ModuleFacts) -> list[Note]:
-    """`.half()`, `.bfloat16()`, `.to(torch.float16)`: apex says never cast by hand under AMP."""
-    notes = []
+@dataclass(frozen=True)
+class ManualCast:
+    """`.half()`, `.bfloat16()`, `.to(torch.float16)`: a cast by hand to `dtype`."""
+
+    call: cst.Call
+    text: str  # the call on one line
+    dtype: str  # "float16" or "bfloat16"
+
+    @property
+    def harm(self) -> str:
+        """What the cast does to mixed-precision training."""
+        if self.dtype == "float16":
+            return "GradScaler cannot unscale float16 gradients"
+        return "the optimizer would step bfloat16 weights, losing small updates"
+
+
+def low_precision_casts(facts: ModuleFacts) -> list[ManualCast]:
+    """Every cast by hand to a low-precision dtype, in source order."""
+    casts = []
     for site in facts.calls:
         func = site.call.func
         if not isinstance(func, cst.Attribute):
             continue
         method = func.attr.value
-        casts = method in ("half", "bfloat16") and not site.call.args
+        dtype = None if site.call.args else _METHODS.get(method)
         if method in ("to", "type"):
-            casts = any(facts.imports.resolve(arg.value) in _LOW_PRECISION
-                        for arg in site.call.args if arg.keyword is None
-                        or arg.keyword.value == "dtype")
-        if casts:
-            text = facts.one_line(site.call)
-            notes.append(Note(MANUAL_CAST, site.call,
-                              f"`{text}` casts by hand; under autocast, keep "
-                              "the model and inputs in float32 (GradScaler cannot unscale "
-                              "float16 gradients)"))
-    return notes
+            dtype = next((_LOW_PRECISION[resolved] for arg in site.call.args
+                          if arg.keyword is None or arg.keyword.value == "dtype"
+                          if (resolved := facts.imports.resolve(arg.value)) in _LOW_PRECISION),
+                         None)
+        if dtype is not None:
+            casts.append(ManualCast(site.call, facts.one_line(site.call), dtype))
+    return casts
+
+
+def manual_casts(facts: ModuleFacts) -> list[Note]:
+    """apex says never cast by hand under AMP: each cast reported, left as it is."""
+    return [Note(MANUAL_CAST, cast.call, f"`{cast.text}` casts by hand; under autocast, keep "
+                 f"the model and inputs in float32 ({cast.harm})")
+            for cast in low_precision_casts(facts)]
 
 
 def unscaled_autograd_grad(

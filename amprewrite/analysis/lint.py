@@ -11,7 +11,7 @@ from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.checkpoints import Checkpoints
 from amprewrite.analysis.definite_binding import may_be_unbound
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
-from amprewrite.analysis.hazards import manual_casts
+from amprewrite.analysis.hazards import low_precision_casts, manual_casts
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.statements import is_backward_call, is_step_call
@@ -55,7 +55,11 @@ BCE_IN_AUTOCAST = declare(
 
 HALF_CAST_NEXT_TO_SCALER = declare(
     "AMP608", LINT, "manual half-precision cast next to a grad scaler",
-    "GradScaler cannot unscale float16 gradients: remove the cast.",
+    "GradScaler cannot unscale float16 gradients, and an optimizer stepping bfloat16 weights "
+    "loses small updates: remove the cast and let autocast pick the precision. In a file "
+    "amprewrite rewrote (its runtime's scaler, or the plain style's `amp_device`), a cast the "
+    "rewrite left is reported as it reported it then (AMP140), so that `--check` agrees "
+    "with the rewrite.",
 )
 
 UNSCALED_BACKWARD = declare(
@@ -94,10 +98,12 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
                                     "outside on float32 inputs"))
     if scaler is None:
         return found
-    found.notes.extend(Note(HALF_CAST_NEXT_TO_SCALER, n.node,
-                            f"{n.message.split(';')[0]} next to a grad scaler"
-                            "; GradScaler cannot unscale float16 gradients")
-                       for n in manual_casts(facts))
+    if usage.ours:  # the rewrite left these casts, each reported (AMP140): so is it now
+        found.notes.extend(manual_casts(facts))
+    else:
+        found.notes.extend(Note(HALF_CAST_NEXT_TO_SCALER, cast.call, f"`{cast.text}` casts by "
+                                f"hand next to a grad scaler; {cast.harm}")
+                           for cast in low_precision_casts(facts))
     scaled_steps = [s for s in facts.calls if _scaler_call(s.call, usage, "step")]
     updates = [s for s in facts.calls if _scaler_call(s.call, usage, "update")]
     unscales = [s for s in facts.calls if _scaler_call(s.call, usage, "unscale_")]

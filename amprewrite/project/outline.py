@@ -49,13 +49,21 @@ class _Statement:
 
 
 def outline(path: Path, source: bytes, finder: ModuleFinder) -> Outline | None:
-    """The outline of the module at `path`, or None when it does not parse."""
+    """The outline of the module at `path`, or None when it does not parse or is nested too
+    deeply for a recursive walk (its own run reports it)."""
     try:
         with warnings.catch_warnings():  # e.g. an invalid escape: the engine's business
             warnings.simplefilter("ignore")
             tree = ast.parse(source, str(path))
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError):
         return None
+    try:
+        return _outline(path, tree, finder)
+    except RecursionError:
+        return None
+
+
+def _outline(path: Path, tree: ast.Module, finder: ModuleFinder) -> Outline:
     result = Outline(path)
     imports: list[ast.Import | ast.ImportFrom] = []
     gathered = [(top, _gather(top, imports)) for top in tree.body]

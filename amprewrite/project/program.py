@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amprewrite.analysis.kinds import Kind
-from amprewrite.discovery import skipped
-from amprewrite.fileio import read_source
+from amprewrite.discovery import skipped, walk
+from amprewrite.engine import MAX_SOURCE_BYTES
+from amprewrite.fileio import read_source, resolved
 from amprewrite.project.layout import ModuleFinder, common_directory, project_root
 from amprewrite.project.outline import Outline, Symbol, outline
 
@@ -107,9 +108,9 @@ def load_program(named: dict[Path, str], jobs: int | None = None) -> Program:
     sources: dict[Path, bytes] = {}
     for path in named:
         try:
-            sources[path] = read_source(path)
+            sources[path] = read_source(path, MAX_SOURCE_BYTES)
         except OSError:
-            continue  # a named file's own read error is reported by its single-file run
+            continue  # a named file's own read error (or size) is reported by its own run
     candidates = [path for path, source in sources.items() if _looked_at(path, source)]
     outlines = _outline_many(candidates, sources, finder, jobs)
     pending = [path for found in outlines.values() for path in found.imported]
@@ -118,7 +119,7 @@ def load_program(named: dict[Path, str], jobs: int | None = None) -> Program:
         if path in sources:
             continue
         try:
-            sources[path] = source = read_source(path)
+            sources[path] = source = read_source(path, MAX_SOURCE_BYTES)
         except OSError:
             continue
         found = outline(path, source, finder) if _looked_at(path, source) else None
@@ -131,7 +132,7 @@ def load_program(named: dict[Path, str], jobs: int | None = None) -> Program:
         if found is not None and found.imported & set(named):
             sources[path] = source
             outlines[path] = found
-    shown = {path: named.get(path) or _shown(path) for path in sources}
+    shown = {path: named.get(path) or shown_path(path) for path in sources}
     return Program(root, finder, sources, shown, _groups(outlines, set(named)), outlines)
 
 
@@ -163,7 +164,7 @@ def _outline_file(job: tuple[Path, Path, Path]) -> Outline | None:
     """A worker's outline of one file (read again there: cheaper than sending its bytes)."""
     root, scope, path = job
     try:
-        return outline(path, read_source(path), _finder(root, scope))
+        return outline(path, read_source(path, MAX_SOURCE_BYTES), _finder(root, scope))
     except OSError:
         return None
 
@@ -185,7 +186,7 @@ def _possible_importers(
         if path in read:
             continue
         try:
-            source = read_source(path)
+            source = read_source(path, MAX_SOURCE_BYTES)
         except OSError:
             continue
         if _MAY_LINK.search(source) and imports.search(source):
@@ -206,18 +207,17 @@ def _python_files(root: Path) -> Iterator[Path]:
     """The project's Python files, as a directory walk finds them (at most a few thousand:
     beyond that, importers are not searched)."""
     count = 0
-    for directory, dirnames, filenames in os.walk(root):
-        here = Path(directory)
+    for here, dirnames, filenames in walk(root):
         dirnames[:] = sorted(d for d in dirnames if not skipped(here / d))
         count += len(filenames) + len(dirnames)
         if count > _IMPORTERS_SEARCHED:
             return
-        for name in sorted(filenames):
+        for name in filenames:
             if name.endswith(".py"):
-                yield (here / name).resolve()
+                yield resolved(here / name)
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     """A module that was not named, as a path relative to the current directory."""
     relative = os.path.relpath(path)
     return path.as_posix() if relative.startswith("..") else Path(relative).as_posix()

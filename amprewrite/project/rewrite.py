@@ -9,16 +9,23 @@ which other file is in the way.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from amprewrite import engine
 from amprewrite.analysis import ModuleAnalysis
+from amprewrite.budget import OverBudget, over_time, time_budget
 from amprewrite.catalog import ERROR, declare
-from amprewrite.fileio import write_atomically
+from amprewrite.fileio import Staged, stage, write_atomically
 from amprewrite.findings import Finding
 from amprewrite.options import Options
+from amprewrite.project import journal
+from amprewrite.project.layout import project_root
 from amprewrite.project.links import LinkedModule, link_group
-from amprewrite.project.program import Program, load_program
+from amprewrite.project.program import Program, load_program, shown_path
 from amprewrite.recipes import choose
 from amprewrite.runner import FileOutcome, Status, rewrite_failure, write_failure
 
@@ -53,19 +60,34 @@ def rewrite_project(
     """Outcomes of the named files that belong to a group of linked modules, and those
     files; the others are left to the single-file path. `jobs`: processes for outlining
     many files (default: all cores)."""
+    recovered = journal.recover(project_root(list(named))) if write else []
+    outcomes = [FileOutcome(shown_path(record), Status.UNCHANGED, [journal.completed(
+        [shown_path(file) for file in files])]) for record, files in recovered]
     program = load_program(named, jobs)
-    outcomes: list[FileOutcome] = []
     handled: set[Path] = set()
     for group in program.groups:
-        group_outcomes = _rewrite_group(program, group, set(named), options, write)
-        if group_outcomes is not None:
-            outcomes.extend(group_outcomes)
-            handled.update(p for p in group if p in named)
+        members = [path for path in group if path in named]
+        try:
+            with time_budget(files=len(group)):
+                group_outcomes = _rewrite_group(program, group, set(named), options)
+        except OverBudget:
+            group_outcomes = _all_left(program, members, Status.UNCHANGED,
+                                       over_time(files=len(group)))
+        except Exception as exc:  # a bug, or a module too deep to link: this group only
+            group_outcomes = _all_left(program, members, Status.FAILED, rewrite_failure(exc))
+        if group_outcomes is None:
+            continue
+        if write:  # outside the budget: a write is never abandoned half way
+            by_shown = {program.shown[path]: path for path in members}
+            _write_all(group_outcomes, [by_shown[outcome.path] for outcome in group_outcomes],
+                       program.root)
+        outcomes.extend(group_outcomes)
+        handled.update(members)
     return outcomes, handled
 
 
 def _rewrite_group(
-    program: Program, group: list[Path], named: set[Path], options: Options, write: bool
+    program: Program, group: list[Path], named: set[Path], options: Options
 ) -> list[FileOutcome] | None:
     """The named files' outcomes, or None when the group turns out not to be linked (the
     single-file path then takes them)."""
@@ -73,7 +95,7 @@ def _rewrite_group(
     if isinstance(modules, tuple):  # a module that cannot be parsed
         return _blocked_by(program, group, named, *modules)
     if options.opt_level == "O0":
-        return _revert_group(program, modules, named, options, write)
+        return _revert_group(program, modules, named, options)
     if any(choose(m.analysis, options).name not in _LINKABLE for m in modules):
         return None
     link_group(modules, program)
@@ -85,7 +107,7 @@ def _rewrite_group(
         return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
     for module in modules:
         module.analysis.links = module.links if module.links else None
-    return _carry_out(program, group, modules, named, options, write)
+    return _carry_out(program, group, modules, named, options)
 
 
 def _analysed(program: Program, group: list[Path]) -> list[LinkedModule] | tuple[Path, Finding]:
@@ -102,8 +124,7 @@ def _analysed(program: Program, group: list[Path]) -> list[LinkedModule] | tuple
 
 
 def _revert_group(
-    program: Program, modules: list[LinkedModule], named: set[Path], options: Options,
-    write: bool,
+    program: Program, modules: list[LinkedModule], named: set[Path], options: Options
 ) -> list[FileOutcome] | None:
     """O0 on a rewritten project: the named files revert together, and not while a module
     that was not named still uses the scaler a named one would stop taking or creating."""
@@ -113,14 +134,14 @@ def _revert_group(
     unnamed = [m.shown for m in modules if m.path not in named and m.analysis.amp_usage]
     if unnamed:
         return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
-    return _carry_out(program, [m.path for m in modules], modules, named, options, write)
+    return _carry_out(program, [m.path for m in modules], modules, named, options)
 
 
 def _carry_out(
     program: Program, group: list[Path], modules: list[LinkedModule], named: set[Path],
-    options: Options, write: bool,
+    options: Options,
 ) -> list[FileOutcome]:
-    """Every named module of the group rewritten, all compiled before any is written."""
+    """Every named module of the group rewritten and compiled (written after, together)."""
     results: dict[Path, FileOutcome] = {}
     for module in modules:
         if module.path not in named:
@@ -134,10 +155,15 @@ def _carry_out(
         results[module.path] = FileOutcome(
             module.shown, Status.CHANGED if changed else Status.UNCHANGED,
             list(result.findings), source, result.source if changed else source)
-    outcomes = list(results.values())
-    if write:
-        _write_all(outcomes, list(results))
-    return outcomes
+    return list(results.values())
+
+
+def _all_left(
+    program: Program, paths: list[Path], status: Status, finding: Finding
+) -> list[FileOutcome]:
+    """Each of `paths` left as it is, with `status` and `finding`."""
+    return [FileOutcome(program.shown[path], status, [finding], program.sources[path],
+                        program.sources[path]) for path in paths]
 
 
 def _needs_unnamed(program: Program, module: LinkedModule, unnamed: list[str]) -> FileOutcome:
@@ -169,27 +195,79 @@ def _blocked_by(
     return outcomes
 
 
-def _write_all(outcomes: list[FileOutcome], paths: list[Path]) -> None:
-    """Write every changed file, or, when one write fails, put back those already written
-    and mark them all failed."""
-    written: list[tuple[Path, FileOutcome]] = []
-    for path, outcome in zip(paths, outcomes, strict=True):
-        if outcome.status is not Status.CHANGED:
-            continue
+def _write_all(outcomes: list[FileOutcome], paths: list[Path], root: Path) -> None:
+    """Write every changed file, or none: each is staged (written and fsynced beside its
+    target) before any is renamed into place, and when one cannot be staged or renamed,
+    those already renamed are put back and all are marked failed. Ctrl-C meanwhile takes
+    effect once they are all written (or put back); anything else that interrupts the writes
+    (SystemExit, a Ctrl-C outside the main thread) puts back those already renamed before it
+    goes on. SIGKILL (or a power cut) between two renames leaves the group's journal in
+    `root`, from which the next run completes it."""
+    changed = [(path, outcome) for path, outcome in zip(paths, outcomes, strict=True)
+               if outcome.status is Status.CHANGED]
+    with _ctrl_c_deferred():
+        staged: list[Staged] = []
+        for path, outcome in changed:
+            try:
+                staged.append(stage(path, outcome.after))
+            except BaseException as exc:
+                _abandon(outcomes, outcome, exc, [], staged)
+                return
+        entries = [journal.Entry(str(new.target), new.temporary, journal.digest(
+            outcome.before), journal.digest(outcome.after))
+            for (_, outcome), new in zip(changed, staged, strict=True)]
+        record = journal.begin(root, entries) if len(changed) > 1 else None
         try:
-            write_atomically(path, outcome.after, expected=outcome.before)
-        except Exception as exc:
-            _put_back(written)
-            failure = write_failure(exc)
-            for other in outcomes:
-                if other.status is Status.CHANGED:
-                    other.status = Status.FAILED
-                    other.after = other.before
-                    other.findings.append(failure if other is outcome else Finding(
-                        LINKED_FILE_FAILED, 1, 1, f"not written: {outcome.path}, which shares "
-                        "this file's training step, could not be written"))
-            return
-        written.append((path, outcome))
+            for index, ((_, outcome), new) in enumerate(zip(changed, staged, strict=True)):
+                try:
+                    new.commit(expected=outcome.before)
+                except BaseException as exc:
+                    _abandon(outcomes, outcome, exc, changed[:index], staged[index + 1:])
+                    return
+        finally:
+            if record is not None:
+                journal.end(record)
+
+
+def _abandon(
+    outcomes: list[FileOutcome], failed: FileOutcome, exc: BaseException,
+    written: list[tuple[Path, FileOutcome]], staged: list[Staged],
+) -> None:
+    """Undo a group's writes after `failed`'s raised `exc` (raised again unless an
+    Exception): those `written` put back, those `staged` discarded, every changed outcome
+    marked failed."""
+    for new in staged:
+        new.discard()
+    _put_back(written)
+    if not isinstance(exc, Exception):
+        raise exc
+    failure = write_failure(exc)
+    for other in outcomes:
+        if other.status is Status.CHANGED:
+            other.status = Status.FAILED
+            other.after = other.before
+            other.findings.append(failure if other is failed else Finding(
+                LINKED_FILE_FAILED, 1, 1, f"not written: {failed.path}, which shares "
+                "this file's training step, could not be written"))
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """SIGINT received inside the block raises KeyboardInterrupt when it ends (in the main
+    thread, where Python handles signals; where SIGINT is ignored it stays ignored)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if handler in (signal.SIG_IGN, None) or threading.current_thread() is not (
+            threading.main_thread()):
+        yield
+        return
+    received: list[int] = []
+    signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    if received:
+        raise KeyboardInterrupt
 
 
 def _put_back(written: list[tuple[Path, FileOutcome]]) -> None:

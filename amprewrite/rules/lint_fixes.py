@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from amprewrite.analysis.hazards import MANUAL_CAST
 from amprewrite.analysis.lint import (
     BACKWARD_IN_AUTOCAST,
     BCE_IN_AUTOCAST,
@@ -87,7 +88,7 @@ RULE = rule(
     "lint-fixes",
     (STEP_BYPASSES_SCALER, STEP_WITHOUT_UPDATE, CLIPPING_WITHOUT_UNSCALE, BACKWARD_IN_AUTOCAST,
      CHECKPOINT_WITHOUT_SCALER, BCE_IN_AUTOCAST, HALF_CAST_NEXT_TO_SCALER, UNSCALED_BACKWARD,
-     ALREADY_MIXED_PRECISION),
+     ALREADY_MIXED_PRECISION, MANUAL_CAST),
     _plan,
     examples=_LINT_FIXES_EXAMPLES,
 )

@@ -6,6 +6,7 @@ unsafe loss stay: both are correct FP32 code.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -26,13 +27,18 @@ if TYPE_CHECKING:
 MIXED_PRECISION_REMOVED = declare(
     "AMP170", CHANGE, "mixed precision removed (O0)",
     "O0 on a script amprewrite rewrote takes autocast, the scaler and its checkpoint entries out "
-    "again: plain FP32 training.",
+    "again: plain FP32 training. Only those: the author's statements on a line shared with "
+    "them stay, and so do `autocast(enabled=False)` guards (amprewrite never writes one).",
 )
 
 
 def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
     for statement in [*usage.imports, *usage.statements]:
         ctx.plan.replaces.append(Replace(statement, remove))
+    for line, removed in _parts_by_line(usage).items():
+        ctx.plan.replaces.append(Replace(line, _without_parts(line, removed)))
+    for line, names in usage.narrowed:
+        ctx.plan.replaces.append(Replace(line, _importing_only(names)))
     for block in usage.unwrap:
         ctx.plan.replaces.append(Replace(block, unwrap))
     for call in usage.calls:
@@ -66,6 +72,48 @@ def _no_blank_lines_on_top(ctx: RuleContext, usage: AmpUsage) -> None:
             first, cst.FunctionDef | cst.ClassDef) and first.leading_lines and all(
             line.comment is None for line in first.leading_lines):
         ctx.plan.replaces.append(Replace(first, lambda node: node.with_changes(leading_lines=[])))
+
+
+def _parts_by_line(usage: AmpUsage) -> dict[cst.SimpleStatementLine, set[int]]:
+    by_line: dict[cst.SimpleStatementLine, set[int]] = {}
+    for line, part in usage.parts:
+        by_line.setdefault(line, set()).add(id(part))
+    return by_line
+
+
+def _without_parts(
+    line: cst.SimpleStatementLine, removed: set[int]
+) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A builder keeping the author's parts of `line` (by their position in it), and taking
+    out the parts whose ids are `removed`."""
+    kept = [index for index, part in enumerate(line.body) if id(part) not in removed]
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.SimpleStatementLine)
+        body = [node.body[index] for index in kept]
+        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return node.with_changes(body=body)
+
+    return build
+
+
+def _importing_only(names: frozenset[str]) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """`from amprewrite_runtime import GradScaler, autocast` -> `... import autocast`."""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.SimpleStatementLine)
+        body = []
+        for small in node.body:
+            assert isinstance(small, cst.ImportFrom) and isinstance(small.names, Sequence)
+            aliases = [a for a in small.names
+                       if (a.evaluated_alias or a.evaluated_name) in names]
+            if aliases:
+                aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                body.append(small.with_changes(names=aliases))
+        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return node.with_changes(body=body)
+
+    return build
 
 
 def _plain_call(node: cst.CSTNode) -> cst.CSTNode:
