@@ -162,14 +162,18 @@ def bound_keys(statement: cst.CSTNode) -> set[str]:
 _MUTATING_METHODS = frozenset({"append", "extend", "update", "insert", "setdefault"})
 
 
+# Concrete node classes, compared by type: isinstance on libcst's ABC-based nodes goes through
+# ABCMeta.__instancecheck__, a hot spot of every walk.
+_SCOPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+
+
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Every node under `node` (in no particular order), not entering nested scopes."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        nested = isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda)
-        if not nested or current is node:
+        if type(current) not in _SCOPES or current is node:
             stack.extend(children(current))
 
 

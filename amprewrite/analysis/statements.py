@@ -29,7 +29,7 @@ _TORCH_CREATION = frozenset({
 
 
 def calls_in(statement: cst.CSTNode) -> list[cst.Call]:
-    return [node for node in walk(statement) if isinstance(node, cst.Call)]
+    return [node for node in walk(statement) if type(node) is cst.Call]
 
 
 def is_data_call(call: cst.Call, facts: ModuleFacts) -> bool:
