@@ -237,3 +237,50 @@ for x, y in loader:
     assert not result.changed
     codes = [f.code for f in result.findings]
     assert codes.count("AMP216") == 2 and "AMP201" in codes
+
+
+def test_a_loss_from_a_capitalised_criterion_is_a_tensor() -> None:
+    """`self.BCE_loss(...)` calls an instance, not a class: its result is a loss to scale."""
+    source = '''\
+import torch
+import torch.nn as nn
+
+
+class GAN:
+    def __init__(self):
+        self.G = nn.Linear(4, 8)
+        self.G_optimizer = torch.optim.Adam(self.G.parameters())
+        self.BCE_loss = nn.BCEWithLogitsLoss()
+
+    def train(self, z):
+        self.G_optimizer.zero_grad()
+        G_loss = self.BCE_loss(self.G(z), torch.ones(len(z), 8))
+        G_loss.backward()
+        self.G_optimizer.step()
+'''
+    output = rewrite_source(source.encode(), Options()).source.decode()
+    assert "self.scaler.scale(G_loss).backward()" in output
+
+
+def test_a_step_fed_by_a_backward_left_alone_is_left_alone() -> None:
+    """Through the scaler, true gradients would be divided by the scale: silent no-learning."""
+    source = '''\
+import torch
+
+model = torch.nn.Linear(4, 2)
+critic = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+c_optimizer = torch.optim.SGD(critic.parameters(), lr=0.1)
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y, reduction="none")
+    loss.backward(torch.ones_like(loss))
+    optimizer.step()
+    c_loss = critic(x).pow(2).mean()
+    c_loss.backward()
+    c_optimizer.step()
+'''
+    result = rewrite_source(source.encode(), Options())
+    output = result.source.decode()
+    assert "    optimizer.step()\n" in output and "scaler.step(c_optimizer)" in output
+    assert ("t.py:10:5: AMP205 `optimizer.step()` steps the gradients of a backward pass left "
+            "unscaled; left unchanged") in [f.format("t.py") for f in result.findings]

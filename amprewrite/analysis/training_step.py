@@ -166,10 +166,13 @@ class TrainingSteps:
 def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     result = TrainingSteps()
     backwards: list[CallSite] = []
+    unscaled: list[CallSite] = []  # backward passes left alone: they stay unscaled
     optimizer_steps: list[CallSite] = []
     closure_functions: set[str] = set()
     for site in facts.calls:
         if is_backward_call(site.call):
+            if site not in backwards:
+                unscaled.append(site)  # until it is found to be a plain loss backward
             if facts.imports.resolve(site.call.func) == "torch.autograd.backward":
                 result.notes.append(Note(AUTOGRAD_BACKWARD, site.call,
                                          "`torch.autograd.backward(...)` "
@@ -188,6 +191,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                                          "an object with a backward method; left unchanged"))
             else:
                 backwards.append(site)
+                unscaled.remove(site)
         elif is_step_call(site.call):
             _classify_step(site, kinds, facts, optimizer_steps, closure_functions, result)
         elif _two_step(site.call, kinds):
@@ -204,6 +208,11 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                                  "optimizer built in this function, where no backward pass "
                                  "runs; left unchanged"))
     optimizer_steps = [site for site in optimizer_steps if site not in unreached]
+    for site in _fed_unscaled(optimizer_steps, backwards, unscaled, facts):
+        result.notes.append(Note(STEP_WITHOUT_BACKWARD, site.call,
+                                 f"`{facts.one_line(site.call.func.value)}.step()` steps the "  # type: ignore[attr-defined]
+                                 "gradients of a backward pass left unscaled; left unchanged"))
+        optimizer_steps.remove(site)
 
     training_backwards = []
     for site in backwards:
@@ -335,13 +344,17 @@ def _not_a_tensor(receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindT
 
 
 def _builds_object(value: cst.BaseExpression, facts: ModuleFacts) -> bool:
+    """`Learner(...)`: a class the module defines, or one it imports from outside torch (not
+    an instance with a capitalised name, `self.BCE_loss(out, y)`)."""
     if not isinstance(value, cst.Call):
         return False
     name = dotted(value.func)
     if name is None or not name.rsplit(".", 1)[-1][:1].isupper():
         return False
+    if name in {cls.name.value for cls in facts.classes}:
+        return True
     resolved = facts.imports.resolve(value.func)
-    return resolved is None or not resolved.startswith("torch.")
+    return resolved is not None and not resolved.startswith("torch.")
 
 
 # Step sites ---------------------------------------------------------------------------------
@@ -431,6 +444,23 @@ def _unreached_by_backward(
     summaries = Summaries(facts, kinds)
     return [site for site in candidates
             if not summaries.functions[site.function].backward]  # type: ignore[index]
+
+
+def _fed_unscaled(
+    steps: list[CallSite], backwards: list[CallSite], unscaled: list[CallSite],
+    facts: ModuleFacts,
+) -> list[CallSite]:
+    """Steps whose last backward before them in their function is one left alone
+    (`loss.backward(torch.ones_like(loss))`): through the scaler they would divide true
+    gradients by the scale."""
+    fed = []
+    for step in steps:
+        end = facts.order[step.statement]
+        before = [b for b in [*backwards, *unscaled]
+                  if b.function is step.function and facts.order[b.statement] < end]
+        if before and max(before, key=lambda b: facts.order[b.statement]) in unscaled:
+            fed.append(step)
+    return fed
 
 
 def _has_backward(function: cst.FunctionDef | None, facts: ModuleFacts) -> bool:
