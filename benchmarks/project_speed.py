@@ -861,9 +861,9 @@ def reached(repo: Path, named: list[Path]) -> dict[str, object]:
     read: set[Path] = set()
     outlined: set[Path] = set()
 
-    def reading(path: Path) -> bytes:
+    def reading(path: Path, limit: int | None = None) -> bytes:
         read.add(path)
-        return read_source(path)
+        return read_source(path, limit)
 
     def outlining(path: Path, source: bytes, finder: object) -> object:
         outlined.add(path)
