@@ -92,6 +92,7 @@ RUNNABLE = [
     Runnable("rule_seeded_backward_wgan", rtol=0.15, fp16_rtol=0.15),
     Runnable("rule_optimizers_built_when_training"),
     Runnable("rule_demo_backward_before_loop"),
+    Runnable("rule_opaque_clip_optional_optimizer"),
 ]
 
 

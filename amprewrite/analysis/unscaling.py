@@ -82,12 +82,16 @@ def unguarded_opaque_calls(
     parameters but do not run once per step (outside an accumulation guard): no `unscale_` can
     precede them, and they see scaled gradients."""
     found: list[tuple[cst.Call, CallSite]] = []
+    stepped = {dotted(s.call.func.value) for s in steps}  # type: ignore[attr-defined]
     for step in steps:
         window = _window(step, backwards, facts)
         if window is None:
             continue
+        optimizer = step.call.func.value  # type: ignore[attr-defined]
+        others = stepped - {dotted(optimizer)}
         for line, _ in _lines_between(step, *window, facts):
             if (not runs_with_step(line, step.statement, facts) and not reads_grad(line)
+                    and not _names_another(line, optimizer, others)
                     and (call := reach.opaque_call(line)) is not None
                     and all(call is not seen for seen, _ in found)):
                 found.append((call, step))
@@ -117,9 +121,15 @@ def runs_with_step(statement: Statement, step: Statement, facts: ModuleFacts) ->
     """Whenever `statement` runs, `step` follows in the same iteration: no `if` around the
     step that is not also around `statement` (an accumulation guard). A loop around the step
     alone steps each optimizer of a container, each unscaled in a loop of its own."""
-    around = set(facts.enclosing_statements(statement))
+    around = facts.enclosing_statements(statement)
+    tests = {_code(outer.test, facts) for outer in around if isinstance(outer, cst.If)}
     return not any(isinstance(outer, cst.If) and outer not in around
+                   and _code(outer.test, facts) not in tests  # `if enc_opt is not None:` twice
                    for outer in facts.enclosing_statements(step)[1:])
+
+
+def _code(node: cst.CSTNode, facts: ModuleFacts) -> str:
+    return facts.one_line(node)
 
 
 def _call_text(call: cst.Call, facts: ModuleFacts) -> str:
