@@ -284,3 +284,25 @@ for x, y in loader:
     assert "    optimizer.step()\n" in output and "scaler.step(c_optimizer)" in output
     assert ("t.py:10:5: AMP205 `optimizer.step()` steps the gradients of a backward pass left "
             "unscaled; left unchanged") in [f.format("t.py") for f in result.findings]
+
+
+def test_an_unseen_manual_update_in_the_other_branch_keeps_the_step_fp32() -> None:
+    source = '''\
+import torch
+from d2l import sgd
+
+
+def train(net, X, y, loss, params=None, lr=None, optimizer=None):
+    for epoch in range(5):
+        l = loss(net(X), y).sum()
+        l.backward()
+        if optimizer is None:
+            sgd(params, lr, len(y))
+        else:
+            optimizer.step()
+'''
+    result = rewrite_source(source.encode(), Options())
+    assert not result.changed
+    assert ("t.py:10:13: AMP211 `sgd(params, lr, len(y))` may use the gradients on a path where "
+            "no optimizer step can unscale them (a manual update); training step left "
+            "unchanged") in [f.format("t.py") for f in result.findings]

@@ -24,7 +24,11 @@ from amprewrite.analysis.kinds import (
 )
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key
 from amprewrite.analysis.opaque_calls import GradientReach
-from amprewrite.analysis.scaler_protocol import UpdatePoint, plan_updates
+from amprewrite.analysis.scaler_protocol import (
+    GRADIENTS_WITHOUT_OPTIMIZER,
+    UpdatePoint,
+    plan_updates,
+)
 from amprewrite.analysis.statements import (
     calls_in,
     is_backward_call,
@@ -37,6 +41,7 @@ from amprewrite.analysis.unscaling import (
     Clip,
     Unscale,
     gradient_uses,
+    manual_updates,
     reads_grad,
     unguarded_opaque_calls,
 )
@@ -260,6 +265,10 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                      "its gradients would be unscaled (no check of it around that point); "
                      "training step left unchanged")
                 for u in unscales if _unguarded_none(u, facts)]
+    unbound += [Note(GRADIENTS_WITHOUT_OPTIMIZER, line, f"`{facts.one_line(line)}` may use "
+                     "the gradients on a path where no optimizer step can unscale them (a "
+                     "manual update); training step left unchanged")
+                for line, _ in manual_updates(optimizer_steps, training_backwards, facts, reach)]
     if protocol.problems or unbound:
         result.refused = True
         result.notes.extend(unbound)

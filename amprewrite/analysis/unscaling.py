@@ -59,8 +59,9 @@ def gradient_uses(
                 found.append((position, site.statement, "gradient clipping"))
                 clips.append(Clip(site, optimizer))
         for line, position in _lines_between(step, start, end, facts):
-            if _names_another(line, optimizer, others):
-                continue
+            if _names_another(line, optimizer, others) or exclusive_branches(
+                    line, step.statement, facts):
+                continue  # another optimizer's, or a path without this step (`manual_updates`)
             if reads_grad(line) or _calls_any(line, readers):
                 found.append((position, line, "code that reads `.grad`"))
             elif (reach is not None and runs_with_step(line, step.statement, facts)
@@ -79,8 +80,8 @@ def unguarded_opaque_calls(
     steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts, reach: GradientReach
 ) -> list[tuple[cst.Call, CallSite]]:
     """Calls the analysis cannot see into, between a backward and its step, that may reach the
-    parameters but do not run once per step (outside an accumulation guard): no `unscale_` can
-    precede them, and they see scaled gradients."""
+    parameters but do not run once per step (outside an accumulation guard, or on a branch
+    without the step): no `unscale_` can precede them, and they see scaled gradients."""
     found: list[tuple[cst.Call, CallSite]] = []
     stepped = {dotted(s.call.func.value) for s in steps}  # type: ignore[attr-defined]
     for step in steps:
@@ -92,9 +93,30 @@ def unguarded_opaque_calls(
         for line, _ in _lines_between(step, *window, facts):
             if (not runs_with_step(line, step.statement, facts) and not reads_grad(line)
                     and not _names_another(line, optimizer, others)
+                    and not exclusive_branches(line, step.statement, facts)
                     and (call := reach.opaque_call(line)) is not None
                     and all(call is not seen for seen, _ in found)):
                 found.append((call, step))
+    return found
+
+
+def manual_updates(
+    steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts, reach: GradientReach
+) -> list[tuple[cst.SimpleStatementLine, CallSite]]:
+    """Code that reads or may apply gradients in the other branch of the `if` holding a step
+    (`if optimizer is None: sgd(params, lr) else: optimizer.step()`): on that path the scaled
+    gradients are used as they are, and no `unscale_` can serve both branches."""
+    readers = _grad_readers(facts)
+    found = []
+    for step in steps:
+        window = _window(step, backwards, facts)
+        if window is None:
+            continue
+        for line, _ in _lines_between(step, *window, facts):
+            if exclusive_branches(line, step.statement, facts) and (
+                    reads_grad(line) or _calls_any(line, readers)
+                    or reach.opaque_call(line) is not None):
+                found.append((line, step))
     return found
 
 
@@ -123,9 +145,26 @@ def runs_with_step(statement: Statement, step: Statement, facts: ModuleFacts) ->
     alone steps each optimizer of a container, each unscaled in a loop of its own."""
     around = facts.enclosing_statements(statement)
     tests = {_code(outer.test, facts) for outer in around if isinstance(outer, cst.If)}
-    return not any(isinstance(outer, cst.If) and outer not in around
-                   and _code(outer.test, facts) not in tests  # `if enc_opt is not None:` twice
-                   for outer in facts.enclosing_statements(step)[1:])
+    return not exclusive_branches(statement, step, facts) and not any(
+        isinstance(outer, cst.If) and outer not in around
+        and _code(outer.test, facts) not in tests  # `if enc_opt is not None:` twice
+        for outer in facts.enclosing_statements(step)[1:])
+
+
+def exclusive_branches(statement: Statement, step: Statement, facts: ModuleFacts) -> bool:
+    """`statement` and `step` sit in different branches of one `if` (`if optimizer is None:
+    sgd(params) else: optimizer.step()`): no path runs both."""
+    around, step_around = (facts.enclosing_statements(statement),
+                           facts.enclosing_statements(step))
+    return any(isinstance(outer, cst.If) and outer in step_around
+               and _branch(outer, around, facts) != _branch(outer, step_around, facts)
+               for outer in around[1:])
+
+
+def _branch(node: cst.If, chain: list[Statement], facts: ModuleFacts) -> bool:
+    """Whether the statement `chain` leads up from is in `node`'s body (else its `else`)."""
+    child = chain[chain.index(node) - 1]
+    return child is not node.orelse and facts.statements[child].block is node.body
 
 
 def _code(node: cst.CSTNode, facts: ModuleFacts) -> str:
