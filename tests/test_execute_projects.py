@@ -74,6 +74,8 @@ PROJECT_RUNS = [
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt", style="O2"),
     Project("engine_through_package_path", "main.py", ("--checkpoint", "{file}"),
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
+    Project("model_module_mask_fill", "train.py", ("--checkpoint", "{file}"),
+            ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
 ]
 LOW_PRECISION = [BFLOAT16, FLOAT16]
 

@@ -91,6 +91,7 @@ KEPT_BY_REVERT = {
     ("trainer_receives_optimizer", "O2"): 'group["params"]',  # master weights' parameters
     ("base_class_checkpoints", "O2"): 'group["params"]',
     ("factory_returns_optimizer", "O1"): "loss = F.cross_entropy(",  # the hoisted loss
+    ("model_module_mask_fill", "O1"): "torch.finfo(scores.dtype).min",  # right in every dtype
 }
 
 

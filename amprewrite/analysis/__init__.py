@@ -19,7 +19,11 @@ from amprewrite.analysis.escapes import Escapes, find_escapes
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import AmpInTraining, amp_in_training, existing_amp
 from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
-from amprewrite.analysis.float16_constants import Float16Constants, float16_constants
+from amprewrite.analysis.float16_constants import (
+    Float16Constants,
+    float16_constants,
+    model_module_fills,
+)
 from amprewrite.analysis.fp32_forwards import forwards_left_fp32
 from amprewrite.analysis.frameworks import (
     PrecisionSwitch,
@@ -223,6 +227,12 @@ class ModuleAnalysis:
     def float16_constants(self) -> Float16Constants:
         """Fills and epsilons float16 cannot hold."""
         return float16_constants(self.facts, self.kinds, self._regions)
+
+    @cached_property
+    def model_fills(self) -> Float16Constants:
+        """Fills float16 cannot hold in the forward passes of a module that only defines
+        models: they run under a training script's autocast elsewhere."""
+        return model_module_fills(self.facts, self.kinds)
 
     @cached_property
     def distribution_inputs(self) -> list[cst.BaseExpression]:

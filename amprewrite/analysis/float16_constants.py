@@ -243,12 +243,38 @@ def functions_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
     region runs (and of the classes those build; every model class of the file when a model's
     class is unknown), and the methods and module functions those and the regions call."""
     functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
-    classes = _model_classes_run(regions, facts, kinds)
-    pending = [f for f in facts.functions
-               if f.name.value == "forward" and facts.function_class.get(f) in classes]
+    pending = _forwards(_model_classes_run(regions, facts, kinds), facts)
     for region in regions:
         for statement in region.statements:
             pending.extend(_local_callees(statement, functions, {}))
+    yield from _with_callees(pending, functions, facts)
+
+
+def model_module_fills(facts: ModuleFacts, kinds: KindTable) -> Float16Constants:
+    """In a module with nothing to rewrite that defines models (a project's `models.py`),
+    the fills float16 cannot hold in their forward passes: those run under the autocast of a
+    training script elsewhere. `torch.finfo(x.dtype).min` is right in every dtype."""
+    found = Float16Constants()
+    classes = [c for c in facts.classes
+               if kinds.kind_of_value(cst.Call(cst.Name(c.name.value))) is Kind.MODEL]
+    if not classes:
+        return found
+    finder = _Finder(facts, kinds, found, module_constants(facts))
+    functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
+    for function in _with_callees(_forwards(classes, facts), functions, facts):
+        finder.scan(function, lambda statement: True)
+    return Float16Constants(fills=found.fills)
+
+
+def _forwards(classes: list[cst.ClassDef], facts: ModuleFacts) -> list[cst.FunctionDef]:
+    return [f for f in facts.functions
+            if f.name.value == "forward" and facts.function_class.get(f) in classes]
+
+
+def _with_callees(
+    pending: list[cst.FunctionDef], functions: dict[str, cst.FunctionDef], facts: ModuleFacts
+) -> Iterator[cst.FunctionDef]:
+    """`pending` and the methods and module functions they call, each once."""
     done: set[int] = set()
     while pending:
         function = pending.pop()

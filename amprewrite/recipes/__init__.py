@@ -49,6 +49,7 @@ def recipes() -> tuple[Recipe, ...]:
         migrations.DEPRECATED_TORCH_AMP,
         existing_amp.LINT,
         nothing.FP32_ALREADY,
+        nothing.MODEL_MODULE,
         nothing.NOTHING_TO_REWRITE,
         mixed_precision.MIXED_PRECISION,
     )

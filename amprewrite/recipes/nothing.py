@@ -1,9 +1,9 @@
-"""Recipes that change nothing and say why."""
+"""Recipes that change nothing (or only what is right in every dtype) and say why."""
 
 from __future__ import annotations
 
 from amprewrite.recipes import Recipe, plain_context
-from amprewrite.rules import nothing_to_do
+from amprewrite.rules import float16_constants, nothing_to_do
 
 FP32_ALREADY = Recipe(
     name="fp32-asked",
@@ -17,4 +17,12 @@ NOTHING_TO_REWRITE = Recipe(
     applies=lambda analysis, options: not analysis.has_work,
     context=plain_context,
     rules=(nothing_to_do.NOTHING_FOUND,),
+)
+
+MODEL_MODULE = Recipe(
+    name="model-module",
+    applies=lambda analysis, options: (options.opt_level != "O0" and not analysis.has_work
+                                       and bool(analysis.model_fills.fills)),
+    context=plain_context,
+    rules=(float16_constants.MODEL_MODULE_RULE,),
 )

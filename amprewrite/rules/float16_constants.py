@@ -93,3 +93,51 @@ for x, y in loader:
 
 RULE = rule("float16-constants", (FILL_FITTED, FILL_NOT_FITTED), _plan,
             examples=_FLOAT16_CONSTANTS_EXAMPLES)
+
+
+def _plan_model_module(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    fit_fills_to_dtype(ctx, analysis.model_fills)
+
+
+_MODEL_MODULE_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.qk = nn.Linear(dim, 2 * dim)
+
+    def forward(self, x, mask):
+        q, k = self.qk(x).chunk(2, dim=-1)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(mask == 0, -1e9)
+        return scores.softmax(dim=-1)
+""",
+        after="""\
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.qk = nn.Linear(dim, 2 * dim)
+
+    def forward(self, x, mask):
+        q, k = self.qk(x).chunk(2, dim=-1)
+        scores = q @ k.transpose(-2, -1)
+        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
+        return scores.softmax(dim=-1)
+""",
+        codes=(FILL_FITTED,),
+    ),
+)
+
+
+MODEL_MODULE_RULE = rule("model-module-constants", (FILL_FITTED, FILL_NOT_FITTED),
+                         _plan_model_module, examples=_MODEL_MODULE_EXAMPLES,
+                         projects=("model_module_mask_fill",))
