@@ -139,5 +139,4 @@ class Attention(nn.Module):
 
 
 MODEL_MODULE_RULE = rule("model-module-constants", (FILL_FITTED, FILL_NOT_FITTED),
-                         _plan_model_module, examples=_MODEL_MODULE_EXAMPLES,
-                         projects=("model_module_mask_fill",))
+                         _plan_model_module, examples=_MODEL_MODULE_EXAMPLES)
