@@ -93,6 +93,7 @@ RUNNABLE = [
     Runnable("rule_optimizers_built_when_training"),
     Runnable("rule_demo_backward_before_loop"),
     Runnable("rule_opaque_clip_optional_optimizer"),
+    Runnable("rule_inplace_same_dtype_source"),
 ]
 
 

@@ -61,6 +61,11 @@ _FLOAT32_TORCH = frozenset({
     "slogdet", "cholesky", "qr", "lstsq", "polar", "complex", "grid_sample", "prelu",
 })
 _FLOAT32_MODULES = ("torch.linalg", "torch.fft")
+# In-place methods whose source must have the receiver's dtype (autocast or not), by the
+# source's position: `self (BFloat16) and source (Float) must have the same scalar type`.
+_SAME_DTYPE_SOURCE = {"index_add_": 2, "index_add": 2, "scatter_add_": 2, "scatter_add": 2,
+                      "index_copy_": 2, "index_copy": 2, "masked_scatter_": 1,
+                      "masked_scatter": 1, "index_put_": 1, "put_": 1, "lerp_": 0}
 # Methods whose result may be an integer tensor although the object is low precision
 # (`Categorical(logits=out).sample()`): casts of what they return leave integers alone.
 _MAYBE_INTEGER_METHODS = frozenset({"sample", "sample_n", "multinomial", "enumerate_support"})
@@ -85,6 +90,9 @@ class Escape:
     statement: Statement  # where the use is
     use: str  # e.g. "`.numpy()`", "the float32 model `netD`"
     floating: bool = True  # False: it may be an integer tensor, which a cast must not touch
+    # an in-place op's tensor whose dtype the value must take (`t.index_add_(0, i, v)` needs
+    # one dtype): `v.to(t.dtype)`, since the tensor itself cannot be cast in place
+    like: cst.BaseExpression | None = None
 
 
 @dataclass(frozen=True)
@@ -468,6 +476,8 @@ class _Scope:
 
     def check_call(self, call: cst.Call) -> None:
         func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _SAME_DTYPE_SOURCE:
+            self.match_source(call, func)
         if isinstance(func, cst.Attribute) and func.attr.value == "numpy" and not call.args:
             self.cast_if_low(func.value, "`.numpy()` (numpy has no bfloat16)")
             return
@@ -519,6 +529,21 @@ class _Scope:
                     self.stuck(arg.value, use)
                 continue
             self.cast_if_low(arg.value, use)
+
+    def match_source(self, call: cst.Call, func: cst.Attribute) -> None:
+        """`target[i].index_add_(0, idx, values)` where either side may be low precision:
+        the source takes the receiver's dtype (the receiver, changed in place, cannot be cast)."""
+        position = _SAME_DTYPE_SOURCE[func.attr.value]
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if position >= len(positional) or not _duplicable(func.value):
+            return
+        source = positional[position].value
+        if (self.is_low(source) or self.is_low(func.value)) and self.probe is None \
+                and self.s.record and id(source) not in self.s.skip and self.statement:
+            self.s.skip.add(id(source))
+            self.s.result.casts.append(Escape(
+                source, self.statement, f"`{func.attr.value}`, which needs its tensor's dtype",
+                like=func.value))
 
     def check_store(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         """`buffer[mask] = low` into a float32 buffer: index_put needs one dtype (autocast
@@ -734,6 +759,13 @@ class _Scope:
         if is_model_call(call, kinds) or _is_layer_call(call):
             return self.autocast
         return args_low
+
+
+def _duplicable(node: cst.BaseExpression) -> bool:
+    """Cheap and safe to read twice: `target`, `self.buffer`, `target[i]`."""
+    if isinstance(node, cst.Subscript):
+        return _duplicable(node.value)
+    return dotted(node) is not None
 
 
 def _method(call: cst.Call) -> str | None:

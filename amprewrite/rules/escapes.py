@@ -46,6 +46,13 @@ def cast_escapes(ctx: RuleContext, escapes: Escapes) -> None:
         return
     for escape in escapes.casts:
         text = _short(code_for(escape.node))
+        if escape.like is not None:
+            like = code_for(escape.like)
+            ctx.plan.replaces.append(Replace(escape.node, _dtype_of(ctx, like)))
+            ctx.notes.append(Note(CAST_AFTER_AUTOCAST, escape.node,
+                                  f"`{text}` cast to `{like}`'s dtype for {escape.use} (one "
+                                  "of them may be low precision under autocast)"))
+            continue
         if escape.floating:
             ctx.plan.replaces.append(Replace(escape.node, as_float))
             message = f"`{text}` is low precision after autocast: cast to float32"
@@ -54,6 +61,17 @@ def cast_escapes(ctx: RuleContext, escapes: Escapes) -> None:
             message = (f"`{text}` may be low precision after autocast (or an integer sample, "
                        "left as it is): cast to float32 if floating")
         ctx.notes.append(Note(CAST_AFTER_AUTOCAST, escape.node, f"{message} for {escape.use}"))
+
+
+def _dtype_of(ctx: RuleContext, like: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """`values` -> `values.to(target.dtype)`: the dtype of the tensor an in-place op changes."""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.BaseExpression)
+        code = ctx.facts.module.code_for_node(as_receiver(node))
+        return ctx.parse_expression(f"{code}.to({like}.dtype)")
+
+    return build
 
 
 def _floating_only(ctx: RuleContext) -> Callable[[cst.CSTNode], cst.CSTNode]:
