@@ -306,3 +306,17 @@ def train(net, X, y, loss, params=None, lr=None, optimizer=None):
     assert ("t.py:10:13: AMP211 `sgd(params, lr, len(y))` may use the gradients on a path where "
             "no optimizer step can unscale them (a manual update); training step left "
             "unchanged") in [f.format("t.py") for f in result.findings]
+
+
+def test_a_loss_computed_on_the_backward_line_says_so() -> None:
+    source = '''\
+import torch
+
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), 0.1)
+for x in loader:
+    optimizer.zero_grad(); loss = model(x).pow(2).mean(); loss.backward(); optimizer.step()
+'''
+    findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
+    assert ("t.py:6:59: AMP203 the loss is computed on the same line as its backward (`;`): put "
+            "the forward pass on a line of its own to have it autocast; it stays FP32") in findings

@@ -298,6 +298,11 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
             regions.append(region)
         elif at_callers := _regions_at_callers(site, facts, kinds):
             regions.extend(at_callers)
+        elif bound_keys(site.statement) & set(iter_keys(site.call.func.value)):  # type: ignore[attr-defined]
+            result.notes.append(Note(LOSS_COMPUTED_ELSEWHERE, site.call,
+                                     "the loss is computed on the same line as its backward "
+                                     "(`;`): put the forward pass on a line of its own to have "
+                                     "it autocast; it stays FP32"))
         else:
             result.notes.append(Note(LOSS_COMPUTED_ELSEWHERE, site.call,
                                      "the loss is computed outside this "
