@@ -320,3 +320,27 @@ for x in loader:
     findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
     assert ("t.py:6:59: AMP203 the loss is computed on the same line as its backward (`;`): put "
             "the forward pass on a line of its own to have it autocast; it stays FP32") in findings
+
+
+def test_a_product_with_a_buffer_the_forward_updates_is_reported() -> None:
+    """VQ-VAE's EMA codebook: never-used codes grow past float16's range (NaN in float16)."""
+    source = '''\
+import torch
+from torch import nn
+
+
+class Quantize(nn.Module):
+    def __init__(self, dim, n_embed):
+        super().__init__()
+        self.register_buffer("embed", torch.randn(dim, n_embed))
+        self.register_buffer("embed_avg", torch.randn(dim, n_embed))
+
+    def forward(self, flatten):
+        dist = -2 * flatten @ self.embed
+        index = dist.argmin(1)
+        self.embed.data.copy_(self.embed_avg / 2)
+        return index
+'''
+    findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
+    assert any(f.startswith("t.py:12:16: AMP147 `self.embed` is a buffer this forward updates")
+               for f in findings), findings

@@ -14,6 +14,7 @@ from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
 from amprewrite.analysis.distributions import distribution_inputs
+from amprewrite.analysis.ema_buffers import buffer_products
 from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_loaders
 from amprewrite.analysis.escapes import Escapes, find_escapes
 from amprewrite.analysis.evaluation import analyse_evaluation
@@ -200,7 +201,14 @@ class ModuleAnalysis:
                 *forwards_elsewhere(self.training_regions.regions, self.producer_regions.regions,
                                     self.facts, self.kinds),
                 *([] if self.escapes.stuck else forwards_left_fp32(
-                    self.facts, self.kinds, self.training, self._regions))]
+                    self.facts, self.kinds, self.training, self._regions)),
+                *self.buffer_products]
+
+    @cached_property
+    def buffer_products(self) -> list[Note]:
+        """Products with a buffer a model's forward updates (an EMA codebook): float16
+        overflows them."""
+        return buffer_products(self.facts)
 
     @cached_property
     def sharded(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from amprewrite.analysis.ema_buffers import BUFFER_PRODUCT
 from amprewrite.analysis.float16_constants import FILL_NOT_FITTED, Float16Constants
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
@@ -97,6 +98,7 @@ RULE = rule("float16-constants", (FILL_FITTED, FILL_NOT_FITTED), _plan,
 
 def _plan_model_module(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     fit_fills_to_dtype(ctx, analysis.model_fills)
+    ctx.notes.extend(analysis.buffer_products)
 
 
 _MODEL_MODULE_EXAMPLES = (
@@ -138,5 +140,5 @@ class Attention(nn.Module):
 )
 
 
-MODEL_MODULE_RULE = rule("model-module-constants", (FILL_FITTED, FILL_NOT_FITTED),
+MODEL_MODULE_RULE = rule("model-module-constants", (FILL_FITTED, FILL_NOT_FITTED, BUFFER_PRODUCT),
                          _plan_model_module, examples=_MODEL_MODULE_EXAMPLES)

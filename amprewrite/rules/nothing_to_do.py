@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from amprewrite.analysis.ema_buffers import BUFFER_PRODUCT
 from amprewrite.findings import NOTHING_TO_DO, Finding
 from amprewrite.options import Options
 from amprewrite.rules.checkpoint import SCALER_NOT_NAMED, unnamed_scaler_saves
@@ -21,7 +22,7 @@ def _fp32_asked(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
 
 
 def _nothing_found(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
-    ctx.notes.extend(analysis.training.notes)
+    ctx.notes.extend([*analysis.training.notes, *analysis.buffer_products])
     unnamed_scaler_saves(ctx, analysis.checkpoints)
     message = ("nothing amprewrite can rewrite safely; file left unchanged (see above)"
                if ctx.notes else
@@ -66,5 +67,6 @@ saliency = x.grad.abs()
 )
 
 
-NOTHING_FOUND = rule("nothing-found", (NOTHING_TO_DO, SCALER_NOT_NAMED), _nothing_found,
+NOTHING_FOUND = rule("nothing-found", (NOTHING_TO_DO, SCALER_NOT_NAMED, BUFFER_PRODUCT),
+                     _nothing_found,
                      _NOTHING_FOUND_EXAMPLES)

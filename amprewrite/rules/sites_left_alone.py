@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.apex_amp import APEX_IMPORT_UNUSED
+from amprewrite.analysis.ema_buffers import BUFFER_PRODUCT
 from amprewrite.analysis.existing_amp import EVALUATION_ONLY_AUTOCAST
 from amprewrite.analysis.fp32_forwards import FORWARD_LEFT_FP32
 from amprewrite.analysis.gram_matrices import GRAM_MATRIX
@@ -102,7 +103,7 @@ RULE = rule(
      OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
      GRADIENTS_WITHOUT_OPTIMIZER, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST,
      APEX_IMPORT_UNUSED, GRAM_MATRIX, BACKWARD_OF_NON_TENSOR, FORWARD_LEFT_FP32,
-     TWO_STEP_OPTIMIZER),
+     TWO_STEP_OPTIMIZER, BUFFER_PRODUCT),
     _plan,
     examples=_SITES_LEFT_ALONE_EXAMPLES,
 )
