@@ -176,27 +176,8 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     closure_functions: set[str] = set()
     for site in facts.calls:
         if is_backward_call(site.call):
-            if site not in backwards:
-                unscaled.append(site)  # until it is found to be a plain loss backward
-            if facts.imports.resolve(site.call.func) == "torch.autograd.backward":
-                result.notes.append(Note(AUTOGRAD_BACKWARD, site.call,
-                                         "`torch.autograd.backward(...)` "
-                                         "is not loss-scaled automatically; left unchanged"))
-            elif any(arg.keyword is None for arg in site.call.args) and not _seeded_backward(
-                    site.call, facts, kinds):
-                # `accelerator.backward(loss)`, `engine.backward(loss)`: a framework owns the
-                # backward; `out.backward(grad)` of a tensor the analysis cannot place.
-                result.notes.append(Note(BACKWARD_WITH_ARGUMENT, site.call,
-                                         f"`{facts.one_line(site.call)}` "
-                                         "is not a plain loss backward; left unchanged"))
-            elif _not_a_tensor(site.call.func.value, facts, kinds):  # type: ignore[attr-defined]
-                text = facts.one_line(site.call.func.value)  # type: ignore[attr-defined]
-                result.notes.append(Note(BACKWARD_OF_NON_TENSOR, site.call,
-                                         f"`{text}.backward()`: `{text}` is not a tensor but "
-                                         "an object with a backward method; left unchanged"))
-            else:
-                backwards.append(site)
-                unscaled.remove(site)
+            plain = _classify_backward(site, facts, kinds, result)
+            (backwards if plain else unscaled).append(site)
         elif is_step_call(site.call):
             _classify_step(site, kinds, facts, optimizer_steps, closure_functions, result)
         elif _two_step(site.call, kinds):
@@ -309,6 +290,32 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                                      "function; wrap its forward pass in `autocast()` there"))
     result.regions = merge_regions(regions, facts)
     return result
+
+
+def _classify_backward(
+    site: CallSite, facts: ModuleFacts, kinds: KindTable, result: TrainingSteps
+) -> bool:
+    """Whether `site` is a plain loss backward to scale; else the note saying why it stays."""
+    receiver = site.call.func.value  # type: ignore[attr-defined]
+    if facts.imports.resolve(site.call.func) == "torch.autograd.backward":
+        result.notes.append(Note(AUTOGRAD_BACKWARD, site.call,
+                                 "`torch.autograd.backward(...)` "
+                                 "is not loss-scaled automatically; left unchanged"))
+    elif any(arg.keyword is None for arg in site.call.args) and not _seeded_backward(
+            site.call, facts, kinds):
+        # `accelerator.backward(loss)`, `engine.backward(loss)`: a framework owns the
+        # backward; `out.backward(grad)` of a tensor the analysis cannot place.
+        result.notes.append(Note(BACKWARD_WITH_ARGUMENT, site.call,
+                                 f"`{facts.one_line(site.call)}` "
+                                 "is not a plain loss backward; left unchanged"))
+    elif _not_a_tensor(receiver, facts, kinds):
+        text = facts.one_line(receiver)
+        result.notes.append(Note(BACKWARD_OF_NON_TENSOR, site.call,
+                                 f"`{text}.backward()`: `{text}` is not a tensor but "
+                                 "an object with a backward method; left unchanged"))
+    else:
+        return True
+    return False
 
 
 def _seeded_backward(call: cst.Call, facts: ModuleFacts, kinds: KindTable) -> bool:
