@@ -144,10 +144,10 @@ def runs_with_step(statement: Statement, step: Statement, facts: ModuleFacts) ->
     step that is not also around `statement` (an accumulation guard). A loop around the step
     alone steps each optimizer of a container, each unscaled in a loop of its own."""
     around = facts.enclosing_statements(statement)
-    tests = {_code(outer.test, facts) for outer in around if isinstance(outer, cst.If)}
+    tests = {facts.one_line(outer.test) for outer in around if isinstance(outer, cst.If)}
     return not exclusive_branches(statement, step, facts) and not any(
         isinstance(outer, cst.If) and outer not in around
-        and _code(outer.test, facts) not in tests  # `if enc_opt is not None:` twice
+        and facts.one_line(outer.test) not in tests  # `if enc_opt is not None:` twice
         for outer in facts.enclosing_statements(step)[1:])
 
 
@@ -165,10 +165,6 @@ def _branch(node: cst.If, chain: list[Statement], facts: ModuleFacts) -> bool:
     """Whether the statement `chain` leads up from is in `node`'s body (else its `else`)."""
     child = chain[chain.index(node) - 1]
     return child is not node.orelse and facts.statements[child].block is node.body
-
-
-def _code(node: cst.CSTNode, facts: ModuleFacts) -> str:
-    return facts.one_line(node)
 
 
 def _call_text(call: cst.Call, facts: ModuleFacts) -> str:
