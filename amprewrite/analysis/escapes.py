@@ -20,7 +20,7 @@ import libcst as cst
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.forward import is_loss_call, is_model_call
 from amprewrite.analysis.kinds import KindTable
-from amprewrite.analysis.names import dotted, receiver_key, target_keys
+from amprewrite.analysis.names import dotted, duplicable, receiver_key, target_keys
 from amprewrite.analysis.training_step import Region
 from amprewrite.analysis.tree import children, descendants
 from amprewrite.analysis.unsafe_losses import unsafe_calls
@@ -535,7 +535,7 @@ class _Scope:
         the source takes the receiver's dtype (the receiver, changed in place, cannot be cast)."""
         position = _SAME_DTYPE_SOURCE[func.attr.value]
         positional = [a for a in call.args if a.keyword is None and not a.star]
-        if position >= len(positional) or not _duplicable(func.value):
+        if position >= len(positional) or not duplicable(func.value):
             return
         source = positional[position].value
         if (self.is_low(source) or self.is_low(func.value)) and self.probe is None \
@@ -759,13 +759,6 @@ class _Scope:
         if is_model_call(call, kinds) or _is_layer_call(call):
             return self.autocast
         return args_low
-
-
-def _duplicable(node: cst.BaseExpression) -> bool:
-    """Cheap and safe to read twice: `target`, `self.buffer`, `target[i]`."""
-    if isinstance(node, cst.Subscript):
-        return _duplicable(node.value)
-    return dotted(node) is not None
 
 
 def _method(call: cst.Call) -> str | None:

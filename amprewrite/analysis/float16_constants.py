@@ -23,7 +23,7 @@ from amprewrite.analysis.literals import (
     overflows_float16,
     underflows_float16,
 )
-from amprewrite.analysis.names import dotted, walk
+from amprewrite.analysis.names import dotted, duplicable, walk
 from amprewrite.analysis.precision import Precision, PrecisionTracker
 from amprewrite.analysis.training_step import Note, Region
 from amprewrite.analysis.tree import descendants
@@ -162,7 +162,7 @@ class _Finder:
         precision = tracker.of(tensor, True)
         if precision in (Precision.FLOAT32, Precision.SCALAR):
             return
-        if _duplicable(tensor):
+        if duplicable(tensor):
             self.found.fills.append(Fill(value, tensor, number < 0, precision is Precision.LOW))
         else:
             text = self.facts.module.code_for_node(value)
@@ -227,13 +227,6 @@ def _argument(call: cst.Call, position: int, keyword: str) -> cst.BaseExpression
 
 def _has_keyword(call: cst.Call, keyword: str) -> bool:
     return any(a.keyword is not None and a.keyword.value == keyword for a in call.args)
-
-
-def _duplicable(node: cst.BaseExpression) -> bool:
-    """An expression cheap and safe to read twice (`scores`, `self.bias`, `attn[:, 0]`)."""
-    if isinstance(node, cst.Subscript):
-        return _duplicable(node.value)
-    return dotted(node) is not None
 
 
 # Code a region runs ----------------------------------------------------------------------------

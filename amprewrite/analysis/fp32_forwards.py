@@ -33,7 +33,7 @@ def forwards_left_fp32(
 ) -> list[Note]:
     if not training.found:
         return []
-    covered = _covered(regions, facts)
+    covered = _covered(regions)
     functions = {site.function for site in [*training.backwards, *training.steps]} - {None}
     functions |= _called_outside(functions, covered, facts)
     notes = []
@@ -67,7 +67,7 @@ def _maintenance(call: cst.Call) -> bool:
     return any(part in method for part in ("grad", "clip", "state", "buffer", "hook"))
 
 
-def _covered(regions: list[Region], facts: ModuleFacts) -> set[int]:
+def _covered(regions: list[Region]) -> set[int]:
     return {id(statement) for region in regions for statement in region.statements}
 
 

@@ -25,6 +25,13 @@ def dotted(node: cst.CSTNode) -> str | None:
     return None
 
 
+def duplicable(node: cst.BaseExpression) -> bool:
+    """An expression cheap and safe to read twice (`scores`, `self.bias`, `attn[:, 0]`)."""
+    if isinstance(node, cst.Subscript):
+        return duplicable(node.value)
+    return dotted(node) is not None
+
+
 def receiver_key(node: cst.BaseExpression) -> str | None:
     """Key of a call receiver: a dotted chain, or a subscripted one (`optimizers[0]`)."""
     key = dotted(node)

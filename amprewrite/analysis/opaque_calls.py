@@ -131,7 +131,7 @@ class GradientReach:
         if "[" in key:  # `batch[0]`, `optimizers[i]`: what the container holds
             return self._key_reaches(key.split("[", 1)[0])
         root, _, _ = key.partition(".")
-        last = key.rsplit(".", 1)[-1].split("[", 1)[0]
+        last = key.rsplit(".", 1)[-1]
         if root in ("self", "cls") or "param" in last or "grad" in last:
             return True
         if self.kinds.of(key) in _HOLDERS or kind_from_name(key, _HOLDERS) is not None:
