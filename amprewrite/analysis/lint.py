@@ -132,7 +132,7 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
                                 f"`{scaler}.step` without "
                                 f"`{scaler}.update()`: the scale never adapts"))
     backwards = [s for s in facts.calls if is_backward_call(s.call)]
-    points, _ = gradient_uses(scaled_steps, backwards, facts)
+    points = gradient_uses(scaled_steps, backwards, facts).unscales
     for point in points:
         if point.reason == "gradient clipping" and not _unscaled_before(point, unscales, facts):
             stepped = _optimizer_of(point, scaled_steps)

@@ -41,9 +41,7 @@ from amprewrite.analysis.unscaling import (
     Clip,
     Unscale,
     gradient_uses,
-    manual_updates,
     reads_grad,
-    unguarded_opaque_calls,
 )
 from amprewrite.catalog import SKIP, Code, declare
 
@@ -233,9 +231,8 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
                                      "in this file to scale; left unchanged"))
         return result
 
-    reach = GradientReach(facts, kinds)
-    unscales, clips = gradient_uses(optimizer_steps, training_backwards, facts, reach)
-    unscales = [_over_elements(u, optimizer_steps, facts, kinds) for u in unscales]
+    uses = gradient_uses(optimizer_steps, training_backwards, facts, GradientReach(facts, kinds))
+    unscales = [_over_elements(u, optimizer_steps, facts, kinds) for u in uses.unscales]
     protocol = plan_updates(optimizer_steps, unscales, training_backwards, facts, kinds)
     unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{facts.one_line(s.call.func.value)}` "  # type: ignore[attr-defined]
                     "is bound only on some paths; the scaler cannot be used where it may be "
@@ -249,7 +246,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     unbound += [Note(GRADIENTS_WITHOUT_OPTIMIZER, line, f"`{facts.one_line(line)}` may use "
                      "the gradients on a path where no optimizer step can unscale them (a "
                      "manual update); training step left unchanged")
-                for line, _ in manual_updates(optimizer_steps, training_backwards, facts, reach)]
+                for line in uses.manual]
     if protocol.problems or unbound:
         result.refused = True
         result.notes.extend(unbound)
@@ -261,8 +258,8 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
     result.steps = optimizer_steps
     result.updates_after = protocol.updates_after
     result.updates_at = protocol.updates_at
-    result.unscales, result.clips = unscales, clips
-    for call, step in unguarded_opaque_calls(optimizer_steps, training_backwards, facts, reach):
+    result.unscales, result.clips = unscales, uses.clips
+    for call, step in uses.unguarded:
         optimizer = facts.one_line(step.call.func.value)  # type: ignore[attr-defined]
         result.notes.append(Note(OPAQUE_CALL_ON_SCALED_GRADIENTS, call,
                                  f"`{facts.one_line(call.func)}(...)` runs before "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -31,17 +31,32 @@ class Clip:
     optimizer: cst.BaseExpression
 
 
+@dataclass
+class GradientUses:
+    """What runs between each backward and its step and may see its gradients."""
+
+    unscales: list[Unscale] = field(default_factory=list)  # where `unscale_` goes, per step
+    clips: list[Clip] = field(default_factory=list)
+    # calls it cannot see into that may reach the parameters but do not run once per step
+    # (outside an accumulation guard): no `unscale_` can precede them
+    unguarded: list[tuple[cst.Call, CallSite]] = field(default_factory=list)
+    # code that reads or may apply gradients in the other branch of the `if` holding a step
+    # (`if optimizer is None: sgd(params, lr) else: optimizer.step()`): there the scaled
+    # gradients are used as they are, and no `unscale_` can serve both branches
+    manual: list[cst.SimpleStatementLine] = field(default_factory=list)
+
+
 def gradient_uses(
     steps: list[CallSite],
     backwards: list[CallSite],
     facts: ModuleFacts,
     reach: GradientReach | None = None,
-) -> tuple[list[Unscale], list[Clip]]:
+) -> GradientUses:
     """For each step, the clips and `.grad` reads between its last backward and itself (with
     `reach`, also the calls the analysis cannot see into that may reach the parameters, where
-    they run once per step); the first of them is where `unscale_` goes."""
-    unscales: list[Unscale] = []
-    clips: list[Clip] = []
+    they run once per step); the first of them is where `unscale_` goes. One pass over each
+    step's lines also finds the uses no `unscale_` can serve."""
+    uses = GradientUses()
     readers = _grad_readers(facts)
     stepped = {dotted(s.call.func.value) for s in steps}  # type: ignore[attr-defined]
     for step in steps:
@@ -57,67 +72,32 @@ def gradient_uses(
             if (site.function is step.function and start < position < end
                     and _is_clip(site.call) and not _names_another(site.call, optimizer, others)):
                 found.append((position, site.statement, "gradient clipping"))
-                clips.append(Clip(site, optimizer))
+                uses.clips.append(Clip(site, optimizer))
         for line, position in _lines_between(step, start, end, facts):
-            if _names_another(line, optimizer, others) or exclusive_branches(
-                    line, step.statement, facts):
-                continue  # another optimizer's, or a path without this step (`manual_updates`)
-            if reads_grad(line) or _calls_any(line, readers):
+            reads = reads_grad(line)
+            reader = reads or _calls_any(line, readers)
+            call = reach.opaque_call(line) if reach is not None else None
+            if exclusive_branches(line, step.statement, facts):
+                if reader or call is not None:
+                    uses.manual.append(line)
+                continue
+            if _names_another(line, optimizer, others):
+                continue  # about another optimizer's gradients
+            once_per_step = runs_with_step(line, step.statement, facts)
+            if reader:
                 found.append((position, line, "code that reads `.grad`"))
-            elif (reach is not None and runs_with_step(line, step.statement, facts)
-                  and (call := reach.opaque_call(line)) is not None):
+            elif call is not None and once_per_step:
                 found.append((position, line, f"`{_call_text(call, facts)}` (code "
                               "amprewrite cannot see into)"))
+            if (call is not None and not once_per_step and not reads
+                    and all(call is not seen for seen, _ in uses.unguarded)):
+                uses.unguarded.append((call, step))
         if found:
             _, statement, reason = min(found, key=lambda item: item[0])
             statement = _dominating(statement, [s for _, s, _ in found], facts)
             statement = _outside_loops(statement, step.statement, facts)
-            unscales.append(Unscale(statement, optimizer, reason))
-    return unscales, clips
-
-
-def unguarded_opaque_calls(
-    steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts, reach: GradientReach
-) -> list[tuple[cst.Call, CallSite]]:
-    """Calls the analysis cannot see into, between a backward and its step, that may reach the
-    parameters but do not run once per step (outside an accumulation guard, or on a branch
-    without the step): no `unscale_` can precede them, and they see scaled gradients."""
-    found: list[tuple[cst.Call, CallSite]] = []
-    stepped = {dotted(s.call.func.value) for s in steps}  # type: ignore[attr-defined]
-    for step in steps:
-        window = _window(step, backwards, facts)
-        if window is None:
-            continue
-        optimizer = step.call.func.value  # type: ignore[attr-defined]
-        others = stepped - {dotted(optimizer)}
-        for line, _ in _lines_between(step, *window, facts):
-            if (not runs_with_step(line, step.statement, facts) and not reads_grad(line)
-                    and not _names_another(line, optimizer, others)
-                    and not exclusive_branches(line, step.statement, facts)
-                    and (call := reach.opaque_call(line)) is not None
-                    and all(call is not seen for seen, _ in found)):
-                found.append((call, step))
-    return found
-
-
-def manual_updates(
-    steps: list[CallSite], backwards: list[CallSite], facts: ModuleFacts, reach: GradientReach
-) -> list[tuple[cst.SimpleStatementLine, CallSite]]:
-    """Code that reads or may apply gradients in the other branch of the `if` holding a step
-    (`if optimizer is None: sgd(params, lr) else: optimizer.step()`): on that path the scaled
-    gradients are used as they are, and no `unscale_` can serve both branches."""
-    readers = _grad_readers(facts)
-    found = []
-    for step in steps:
-        window = _window(step, backwards, facts)
-        if window is None:
-            continue
-        for line, _ in _lines_between(step, *window, facts):
-            if exclusive_branches(line, step.statement, facts) and (
-                    reads_grad(line) or _calls_any(line, readers)
-                    or reach.opaque_call(line) is not None):
-                found.append((line, step))
-    return found
+            uses.unscales.append(Unscale(statement, optimizer, reason))
+    return uses
 
 
 def _window(
