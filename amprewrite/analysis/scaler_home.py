@@ -76,12 +76,17 @@ def bound_before(arguments: tuple[str, ...], index: int, facts: ModuleFacts) -> 
             bound.add(statement.name.value)
     read = {key.split(".", 1)[0] for argument in arguments
             for key in iter_keys(cst.parse_expression(argument.split("=", 1)[-1]
-                                                      if _keyword(argument) else argument))}
+                                                      if keyword_argument(argument)
+                                                      else argument))}
     return read <= bound
 
 
-def _keyword(argument: str) -> bool:
-    return re.match(r"[A-Za-z_]\w*=(?!=)", argument) is not None
+_KEYWORD = re.compile(r"[A-Za-z_]\w*=(?!=)")
+
+
+def keyword_argument(argument: str) -> bool:
+    """`keep_batchnorm_fp32=k`, not `args.level` nor `a == b`: a scaler argument's text."""
+    return _KEYWORD.match(argument) is not None
 
 
 def attribute_home(

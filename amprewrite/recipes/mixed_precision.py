@@ -25,6 +25,7 @@ from amprewrite.analysis.scaler_home import (
     attribute_home,
     bound_before,
     find_scaler_home,
+    keyword_argument,
 )
 from amprewrite.options import Options
 from amprewrite.recipes import Recipe
@@ -76,8 +77,8 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         facts, options, needs, analysis.scaler_arguments, names)
     ctx = RuleContext(facts, options, style.autocast, style=style, names=names)
     carried = analysis.scaler_arguments
-    ctx.level_at_run_time = bool(carried) and not carried[0].startswith(('"O', "'O", "keep_",
-                                                                      "master_", "loss_"))
+    ctx.level_at_run_time = bool(carried) and not keyword_argument(carried[0]) and (
+        not carried[0].startswith(('"O', "'O")))  # `args.opt_level`, not `"O2"`
     if not analysis.escapes.stuck:
         autocast.decide_hoisted_losses(ctx, [r for s in regions.splits(analysis)
                                              for r in s.regions])

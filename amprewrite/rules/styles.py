@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import FreshNames
+from amprewrite.analysis.scaler_home import keyword_argument
 from amprewrite.options import Options
 from amprewrite.rules.custom_function import Decorators
 from amprewrite.rules.imports import runtime_import, torch_name
@@ -88,9 +88,6 @@ def _scaler_arguments(
     return arguments
 
 
-_KEYWORD = re.compile(r"[A-Za-z_]\w*=(?!=)")
-
-
 def defer_to_initialize(scaler: str, carried: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """A migration's scaler arguments that name what only a function binds (`args`), for a
     scaler created at module level: `GradScaler(args.opt_level, keep_batchnorm_fp32=k)`
@@ -98,7 +95,7 @@ def defer_to_initialize(scaler: str, carried: tuple[str, ...]) -> tuple[str, tup
     built passes `opt_level=args.opt_level, keep_batchnorm_fp32=k`."""
     constructor = scaler.split("(", 1)[0]
     kept = "sharded=True" if scaler.endswith("sharded=True)") else ""
-    moved = tuple(argument if _KEYWORD.match(argument) else f"opt_level={argument}"
+    moved = tuple(argument if keyword_argument(argument) else f"opt_level={argument}"
                   for argument in carried)
     return f"{constructor}({kept})", moved
 
