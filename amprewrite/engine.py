@@ -29,7 +29,8 @@ from amprewrite.transform import apply_edits
 # A file that mentions none of these cannot hold a training step amprewrite would rewrite (or
 # AMP it wrote, for O0 to take out).
 MAY_TRAIN = re.compile(
-    rb"torch|backward|lightning|accelerate|apex|determined|enchanter|\bray\b|amprewrite_runtime")
+    rb"torch|backward|lightning|accelerate|apex|determined|enchanter|\bray\b|amprewrite_runtime"
+    rb"|transformers|\btrl\b|deepspeed")
 
 
 @dataclass

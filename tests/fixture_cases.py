@@ -17,6 +17,7 @@ STYLES: dict[str, Options] = {
     "O3": Options(opt_level="O3", keep_batchnorm_fp32=True),
     "O0": Options(opt_level="O0"),
     "O1_reproducible": Options(opt_level="O1", reproducible=True, seed=1234),
+    "O1_float16": Options(opt_level="O1", dtype="float16"),  # --dtype given: no run-time choice
 }
 
 

@@ -58,6 +58,9 @@ KEPT_BY_REVERT = {
     "rule_bce_outside_autocast": b"p_real.float()",  # float32 inputs of the unsafe loss
     "rule_setup_then_single_step": b"loss = criterion(prediction, target)",
     "framework_enchanter": b"import torch\n",  # the import the scaler needed
+    # the switch made the call too long for one line: its arguments stay one per line
+    "framework_trl_configs": b"import torch\n",  # the import `torch.cuda.is_available()` needed
+    "framework_accelerate": b"Accelerator(\n        gradient_accumulation_steps=2,\n    )",
     # float32 casts of autocast outputs, and forwards kept apart from a BCE loss
     "rule_escape_numpy_metrics": b"prediction.data.float().numpy()",
     "rule_escape_model_method": b"weights[0].detach().cpu().float().numpy()",
@@ -102,7 +105,7 @@ def _fp32_input(case: Case) -> bool:
 def test_o0_turns_a_rewrite_back_into_its_fp32_original(case: Case) -> None:
     reverted = rewrite_source(case.expected.read_bytes(), STYLES["O0"]).source
     kept = KEPT_BY_REVERT.get(case.name)
-    if kept is None:
+    if kept is None or reverted.decode() == case.input.read_text():
         assert reverted.decode() == case.input.read_text()
     else:
         assert kept in reverted

@@ -26,11 +26,7 @@ from amprewrite.analysis.float16_constants import (
     model_module_fills,
 )
 from amprewrite.analysis.fp32_forwards import forwards_left_fp32
-from amprewrite.analysis.frameworks import (
-    PrecisionSwitch,
-    framework_owns_precision,
-    precision_switches,
-)
+from amprewrite.analysis.frameworks import FrameworkSettings, framework_settings
 from amprewrite.analysis.function_regions import FunctionRegions, place_regions
 from amprewrite.analysis.gram_matrices import gram_matrices
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
@@ -39,6 +35,7 @@ from amprewrite.analysis.lint import Lint, lint
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, held_builds, optimizer_builds
 from amprewrite.analysis.ray_train import RayAmp, ray_amp
 from amprewrite.analysis.schedulers import GuardedScheduler, schedulers_after_steps
+from amprewrite.analysis.sharding import ShardingWrap, sharding_wraps
 from amprewrite.analysis.sigmoid_outputs import SaturatingInput, saturating_inputs
 from amprewrite.analysis.stored_forwards import forwards_elsewhere
 from amprewrite.analysis.trainer_apis import TrainerApis, trainer_apis
@@ -103,14 +100,15 @@ class ModuleAnalysis:
         return shuffled_loaders(self.facts)
 
     @cached_property
-    def framework(self) -> str | None:
-        """accelerate / lightning: the framework owns precision."""
-        return framework_owns_precision(self.facts)
+    def frameworks(self) -> FrameworkSettings:
+        """The framework owning precision (Accelerate, Lightning, Hugging Face, TRL,
+        DeepSpeed), if any, and where its switch is set."""
+        return framework_settings(
+            self.facts, lambda: self.training.found or self.existing_amp is not None)
 
-    @cached_property
-    def switches(self) -> list[PrecisionSwitch]:
-        """The framework's constructors, to switch mixed precision on."""
-        return precision_switches(self.facts)
+    @property
+    def framework(self) -> str | None:
+        return self.frameworks.framework
 
     @cached_property
     def training(self) -> TrainingSteps:
@@ -214,6 +212,11 @@ class ModuleAnalysis:
     def sharded(self) -> bool:
         """FSDP: the scaler must be the sharded one."""
         return uses_fsdp(self.facts)
+
+    @cached_property
+    def sharding_wraps(self) -> list[ShardingWrap]:
+        """FSDP wraps, for their mixed-precision policy."""
+        return sharding_wraps(self.facts)
 
     @cached_property
     def custom_functions(self) -> list[CustomFunction]:

@@ -24,6 +24,10 @@ _SCALER_CLASSES = ("GradScaler", "ShardedGradScaler")
 _AUTOCASTS = frozenset({"amprewrite_runtime.autocast", "torch.autocast", "torch.amp.autocast",
                         "torch.cuda.amp.autocast", "torch.cpu.amp.autocast"})
 _DECORATORS = ("custom_fwd", "custom_bwd")
+_POLICY_CLASSES = ("MixedPrecision", "MixedPrecisionPolicy")  # FSDP1, FSDP2
+_POLICY_NAME = re.compile(r"(fsdp_)?mp_policy(_\d+)?")  # the names the policy rule binds
+_POLICY_ARGUMENTS = ["param_dtype", "reduce_dtype"]
+_POLICY_KEYWORDS = ("mp_policy", "mixed_precision")
 
 
 @dataclass
@@ -95,6 +99,7 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
     for binding in facts.bindings:
         if binding.keys and binding.keys[0] in devices:
             _delete(usage, binding.statement, binding.value)
+    _fsdp_policies(facts, usage)
     models: dict[str, str] = {}
     for site in facts.calls:
         _classify_call(site.call, site.statement, usage, facts, models)
@@ -134,6 +139,48 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
                 and statement.orelse is None and all(s in deleted for s in statement.body.body)):
             usage.statements.append(statement)
     return usage
+
+
+def _fsdp_policies(facts: ModuleFacts, usage: AmpUsage) -> None:
+    """`mp_policy = MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)` as the FSDP
+    policy rule writes it, the keyword handing it to each wrap, and its class's import when
+    nothing else uses the class."""
+    policies: dict[str, str] = {}  # the policy's name -> its class's local name
+    for binding in facts.bindings:
+        value = binding.value
+        if not (len(binding.keys) == 1 and _POLICY_NAME.fullmatch(binding.keys[0])
+                and isinstance(value, cst.Call)):
+            continue
+        resolved = facts.imports.resolve(value.func) or ""
+        if (resolved.startswith("torch.distributed.")
+                and resolved.rsplit(".", 1)[-1] in _POLICY_CLASSES
+                and [a.keyword.value for a in value.args if a.keyword] == _POLICY_ARGUMENTS):
+            policies[binding.keys[0]] = dotted(value.func) or ""
+            _delete(usage, binding.statement, value)
+    for site in facts.calls:
+        usage.removed_keywords.extend(
+            (site.call, arg) for arg in site.call.args if arg.keyword is not None
+            and arg.keyword.value in _POLICY_KEYWORDS and dotted(arg.value) in policies)
+    for name in set(policies.values()):
+        uses = len(re.findall(rf"\b{re.escape(name)}\b", facts.module.code))
+        line = _import_line(facts, name)
+        if line is None or uses > 1 + list(policies.values()).count(name):
+            continue
+        kept = _bound_names(line) - {name}
+        if kept:
+            usage.narrowed.append((line, frozenset(kept)))
+        else:
+            usage.imports.append(line)
+
+
+def _import_line(facts: ModuleFacts, name: str) -> cst.SimpleStatementLine | None:
+    """The top-level from-import line binding `name`."""
+    for statement in facts.module.body:
+        if (isinstance(statement, cst.SimpleStatementLine)
+                and all(isinstance(small, cst.ImportFrom) for small in statement.body)
+                and name in _bound_names(statement)):
+            return statement
+    return None
 
 
 def _classify_call(

@@ -43,8 +43,8 @@ def recipes() -> tuple[Recipe, ...]:
 
     return (
         migrations.APEX_AND_RAY,
+        frameworks.FRAMEWORK_SWITCH,  # before REVERT: at O0 it takes its own run-time choice out
         existing_amp.REVERT,
-        frameworks.FRAMEWORK_SWITCH,
         frameworks.TRAINER_APIS,
         migrations.DEPRECATED_TORCH_AMP,
         existing_amp.LINT,

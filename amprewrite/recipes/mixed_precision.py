@@ -36,6 +36,7 @@ from amprewrite.rules import (
     distributions,
     escapes,
     float16_constants,
+    fsdp_policy,
     function_regions,
     loss_scaling,
     model_casting,
@@ -71,6 +72,8 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         reproducible=options.reproducible,
         integer_safe_casts=not analysis.escapes.stuck
         and any(not escape.floating for escape in analysis.escapes.casts),
+        fsdp_policy=fsdp_policy.wants_policies(analysis, options)
+        and any(wrap.current is None for wrap in analysis.sharding_wraps),
     )
     names = FreshNames(facts.names)
     style = (plain_style if options.plain else runtime_style)(
@@ -149,7 +152,7 @@ def _global_index(analysis: ModuleAnalysis) -> int:
     return facts.header_imports_end
 
 
-def _header(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+def place_header(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     """The style's imports and module-level definitions, first among the inserts at their
     index (before any statement that index precedes)."""
     header = [ctx.parse_statement(code) for code in ctx.style.imports]
@@ -185,6 +188,7 @@ MIXED_PRECISION = Recipe(
         custom_function.RULE,
         scaler_creation.RULE,
         scaler_threading.RULE,
+        fsdp_policy.RULE,
         model_casting.RULE,
         loss_scaling.RULE,
         scheduler.RULE,
@@ -192,5 +196,5 @@ MIXED_PRECISION = Recipe(
         checkpoint.RULE,
         reproducibility.RULE,
     ),
-    finish=_header,
+    finish=place_header,
 )

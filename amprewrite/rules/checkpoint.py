@@ -10,7 +10,7 @@ from amprewrite.analysis.checkpoints import Checkpoints, SavedState
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.edits import insert_after, one_per_line
+from amprewrite.rules.edits import insert_after, one_per_line, too_long
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
 
@@ -99,24 +99,9 @@ def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
         assert isinstance(anchor, cst.Arg)
         new = anchor.with_changes(keyword=cst.Name(key), value=value)
     build = insert_after(container, anchor, new)
-    if _too_long(ctx, container, new):
+    if too_long(ctx.facts, container, [new]):
         build = one_per_line(build, ctx.facts.module.default_indent)
     ctx.plan.replaces.append(Replace(container, build))
-
-
-def _too_long(ctx: RuleContext, container: cst.Dict | cst.Call, new: cst.CSTNode) -> bool:
-    """Whether adding `new` to a container on a one-line statement makes that line longer
-    than the file's line-length convention (`ModuleFacts.line_limit`)."""
-    module = ctx.facts.module
-    statement = ctx.facts.owner.get(id(container))
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return False
-    line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
-    if "\n" in line:
-        return False  # a statement over several lines: its layout is the author's
-    length = ctx.facts.indentation(statement) + len(line)
-    length += len(", " + module.code_for_node(new))
-    return length > ctx.facts.line_limit
 
 
 def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:

@@ -3,9 +3,12 @@ source's style, statements removed or unwrapped, expressions made ready for `.at
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts
 
 Builder = Callable[[cst.CSTNode], cst.CSTNode]
 
@@ -57,6 +60,37 @@ def append_arguments(new: Sequence[cst.Arg], comma_before: cst.Comma | None = No
             added = [*(a.with_changes(comma=separator) for a in new[:-1]),
                      new[-1].with_changes(comma=last.comma)]
         return node.with_changes(args=[*args, *added])
+
+    return build
+
+
+def append_in_layout(call: cst.Call, new: Sequence[cst.Arg], facts: ModuleFacts) -> Builder:
+    """A builder appending `new` to a call's arguments as the author lays them out: after the
+    line break their arguments already continue on (each new one on its own line), else on
+    the call's line, or one per line when that line would grow past the file's limit."""
+    broken = next((a.comma for a in call.args if isinstance(a.comma, cst.Comma) and isinstance(
+        a.comma.whitespace_after, cst.ParenthesizedWhitespace)), None)
+    if broken is not None and call.args[-1].comma is cst.MaybeSentinel.DEFAULT:
+        builders = [append_arguments([argument], broken) for argument in new]
+        return lambda node: functools.reduce(lambda built, build: build(built), builders, node)
+    if too_long(facts, call, new):
+        return one_per_line(append_arguments(new), facts.module.default_indent)
+    return append_arguments(new)
+
+
+def append_entries(new: Sequence[cst.DictElement]) -> Builder:
+    """A builder appending `new` to a dict's entries, in the style of its last one (see
+    `insert_after`): `{"a": 1}` -> `{"a": 1, "b": 2}`."""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Dict)
+        space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if not node.elements:
+            return node.with_changes(elements=[*(e.with_changes(comma=space) for e in new[:-1]),
+                                               new[-1]])
+        for element in new:
+            node = insert_after(node, node.elements[-1], element)(node)
+        return node
 
     return build
 
@@ -125,6 +159,21 @@ def without(container: Container, item: cst.CSTNode) -> Builder:
         return node.with_changes(**{attribute: items})
 
     return build
+
+
+def too_long(facts: ModuleFacts, container: Container, added: Sequence[cst.CSTNode]) -> bool:
+    """Whether adding `added` to a container on a one-line statement makes that line longer
+    than the file's line-length convention (`ModuleFacts.line_limit`)."""
+    module = facts.module
+    statement = facts.owner.get(id(container))
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
+    if "\n" in line:
+        return False  # a statement over several lines: its layout is the author's
+    length = facts.indentation(statement) + len(line)
+    length += sum(len(", " + module.code_for_node(node)) for node in added)
+    return length > facts.line_limit
 
 
 def one_per_line(build: Builder, indent: str) -> Builder:

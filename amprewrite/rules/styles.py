@@ -22,6 +22,7 @@ class Needs:
     sharded: bool  # FSDP
     reproducible: bool = False
     integer_safe_casts: bool = False  # a value that may be an integer tensor is cast
+    fsdp_policy: bool = False  # FSDP wraps get a mixed-precision policy
 
 
 @dataclass
@@ -37,6 +38,8 @@ class Style:
     # casts floating tensors only (`to_float32(x)`); empty: `x.float() if
     # x.is_floating_point() else x`
     float32_cast: str = ""
+    # the low-precision dtype FSDP policies are given (`low_precision_dtype()`); empty: none
+    param_dtype: str = ""
 
 
 def runtime_style(
@@ -48,11 +51,15 @@ def runtime_style(
         ("GradScaler", needs.scaler), ("autocast", needs.autocast),
         ("custom_bwd", needs.custom_functions), ("custom_fwd", needs.custom_functions),
         ("enable_reproducibility", needs.reproducible), ("to_float32", needs.integer_safe_casts),
+        ("low_precision_dtype", needs.fsdp_policy and not options.dtype),
     ) if used]
     import_code, local = runtime_import(facts, symbols, names)
     style = Style(imports=[import_code], seeding=local.get("enable_reproducibility", ""),
                   float32_cast=local.get("to_float32", ""))
     dtype = f'dtype="{options.dtype}"' if options.dtype else ""
+    if needs.fsdp_policy:
+        style.param_dtype = (f"{torch_name(facts) or 'torch'}.{options.dtype}" if options.dtype
+                             else f"{local['low_precision_dtype']}()")
     if needs.autocast:
         style.autocast = f"{local['autocast']}({dtype})"
     if needs.scaler:
@@ -112,8 +119,11 @@ def plain_style(
     style.definitions.append(f'{device} = "cuda" if {torch}.cuda.is_available() else "cpu"')
     dtype = f", dtype={torch}.{options.dtype}" if options.dtype else ""
     style.autocast = f"{torch}.autocast({device}{dtype})"
+    if needs.fsdp_policy:  # the dtype that autocast uses by default on the device
+        style.param_dtype = (f"{torch}.{options.dtype}" if options.dtype
+                             else f"{torch}.get_autocast_dtype({device})")
     scaler_class = f"{torch}.amp.GradScaler"
-    if needs.sharded:
+    if needs.sharded and needs.scaler:
         style.imports.append(
             "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler")
         scaler_class = "ShardedGradScaler"

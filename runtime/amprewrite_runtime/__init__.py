@@ -5,7 +5,8 @@
 One precision policy drives both (`policy.current_policy()`): the opt level
 (`AMPREWRITE_OPT_LEVEL` overrides the script's, so `AMPREWRITE_OPT_LEVEL=O0` runs a rewritten
 script in plain FP32), the device (where the loss lives, else CUDA when available, else the
-CPU) and the dtype (float16 on CUDA, bfloat16 on the CPU; `AMPREWRITE_DTYPE` overrides).
+CPU) and the dtype (bfloat16, except float16 on CUDA GPUs older than compute capability 8.0;
+`AMPREWRITE_DTYPE` overrides).
 Reproducible data loading lives in `amprewrite_runtime.data`. Depends on torch only.
 """
 
@@ -13,6 +14,8 @@ from amprewrite_runtime.autocast import autocast, custom_bwd, custom_fwd
 from amprewrite_runtime.casting import to_float32
 from amprewrite_runtime.policy import (
     current_policy,
+    low_precision_dtype,
+    prefers_bfloat16,
     reset_policy,
     resolve_device,
     resolve_dtype,
@@ -28,6 +31,8 @@ __all__ = [
     "custom_bwd",
     "custom_fwd",
     "enable_reproducibility",
+    "low_precision_dtype",
+    "prefers_bfloat16",
     "reset_policy",
     "resolve_device",
     "resolve_dtype",

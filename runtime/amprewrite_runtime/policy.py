@@ -4,7 +4,9 @@ Resolution order, for each setting:
 - opt level: `AMPREWRITE_OPT_LEVEL` > the caller's argument > the level the script's
   `GradScaler(opt_level)` declared > "O1";
 - dtype: `AMPREWRITE_DTYPE` > the caller's argument (`autocast(dtype)`) > the dtype a
-  `GradScaler(dtype=...)` declared > float16 on CUDA, bfloat16 elsewhere;
+  `GradScaler(dtype=...)` declared > the device's default: bfloat16, except float16 (with
+  dynamic loss scaling) on a CUDA device without bfloat16 tensor cores (compute capability
+  below 8.0);
 - device type: `AMPREWRITE_DEVICE` > the caller's argument > the device training was observed
   on (a `GradScaler(device_type=...)`, the model at `initialize()`, the last scaled loss) >
   "cuda" when CUDA is available, else "cpu".
@@ -18,6 +20,7 @@ changing `AMPREWRITE_*` variables).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -96,11 +99,15 @@ class Policy:
 
     def dtype(self, device_type: str, requested: str | torch.dtype | None = None) -> torch.dtype:
         """The environment's dtype, else `requested`, else the declared one, else the
-        device's default (float16 on CUDA, bfloat16 elsewhere)."""
+        device's default (`default_dtype`)."""
         dtype = self.overrides.dtype or as_dtype(requested) or self.declared_dtype
         if dtype is not None:
             return dtype
-        return torch.float16 if device_type == "cuda" else torch.bfloat16
+        return default_dtype(device_type)
+
+    def low_precision_dtype(self) -> torch.dtype:
+        """The dtype mixed precision uses here: on the device training runs on, as above."""
+        return self.dtype(self.device_type())
 
     def autocast_settings(self, requested: str | torch.dtype | None = None) -> AutocastSettings:
         """An autocast region's device type and dtype, and whether the opt level enables it
@@ -146,6 +153,32 @@ def resolve_device(requested: str | None = None) -> str:
 def resolve_dtype(device_type: str, requested: str | torch.dtype | None = None) -> torch.dtype:
     """`current_policy().dtype(device_type, requested)`."""
     return current_policy().dtype(device_type, requested)
+
+
+def low_precision_dtype() -> torch.dtype:
+    """The dtype mixed precision uses on this machine (`AMPREWRITE_DTYPE` overrides): what a
+    framework's precision setting or an FSDP policy is given in a rewritten script."""
+    return current_policy().low_precision_dtype()
+
+
+def prefers_bfloat16() -> bool:
+    """Whether mixed precision here is bfloat16 (else float16, with loss scaling): for
+    framework switches that take a flag (`bf16=prefers_bfloat16()`)."""
+    return low_precision_dtype() == torch.bfloat16
+
+
+def default_dtype(device_type: str) -> torch.dtype:
+    """bfloat16 (float32's range: no loss scaling, no float16 overflows), except float16 on
+    a CUDA device without bfloat16 tensor cores (compute capability below 8.0: V100, T4),
+    where bfloat16 would be emulated and slow."""
+    if device_type == "cuda" and not _cuda_has_bfloat16():
+        return torch.float16
+    return torch.bfloat16
+
+
+@functools.cache
+def _cuda_has_bfloat16() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def as_dtype(value: str | torch.dtype | None) -> torch.dtype | None:

@@ -93,10 +93,40 @@ def test_the_scalers_dtype_drives_autocast_regions() -> None:
 
 
 def test_default_dtype_per_device() -> None:
-    assert policy.resolve_dtype("cuda") == torch.float16
+    assert policy.resolve_dtype("cuda") == torch.float16  # no CUDA here: no bfloat16 cores
     assert policy.resolve_dtype("cpu") == torch.bfloat16
     with pytest.raises(ValueError, match="dtype"):
         policy.resolve_dtype("cpu", "float8")
+
+
+@pytest.mark.parametrize(("capability", "expected"),
+                         [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
+                          ((9, 0), torch.bfloat16)])
+def test_cuda_defaults_to_bfloat16_where_it_has_tensor_cores(
+    monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], expected: torch.dtype
+) -> None:
+    """bfloat16 on A100/H100/RTX 30xx and later; float16 with loss scaling on V100/T4."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: type("Properties", (), {"major": capability[0]}))
+    monkeypatch.setattr(torch.version, "hip", None)
+    policy._cuda_has_bfloat16.cache_clear()
+    try:
+        assert policy.resolve_dtype("cuda") == expected
+        # loss scaling only where the dtype is float16
+        assert GradScaler()._new_torch_scaler("cuda").is_enabled() is (expected == torch.float16)
+    finally:
+        policy._cuda_has_bfloat16.cache_clear()
+
+
+def test_frameworks_are_told_the_same_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prefers_bfloat16()` and `low_precision_dtype()` follow the policy (the device
+    training runs on, the environment's override)."""
+    assert policy.low_precision_dtype() == torch.bfloat16 and policy.prefers_bfloat16()
+    monkeypatch.setenv(policy.ENV_DTYPE, "float16")
+    policy.reset_policy()
+    assert policy.low_precision_dtype() == torch.float16 and not policy.prefers_bfloat16()
 
 
 def test_autocast_settings_follow_every_change_of_the_policy() -> None:
