@@ -46,7 +46,8 @@ STDIN = "-"
               help="apex.amp opt level: O0 FP32, O1 autocast, O2 cast model + master "
                    "weights, O3 pure low precision.")
 @click.option("--dtype", type=click.Choice(DTYPES), default=None,
-              help="Low-precision dtype (default: float16 on CUDA, bfloat16 on the CPU).")
+              help="Low-precision dtype (default: chosen at run time, bfloat16 where "
+                   "the machine has it, else float16).")
 @click.option("--keep-batchnorm-fp32/--no-keep-batchnorm-fp32", default=None,
               help="O2/O3: keep batchnorm weights in FP32 (default: on for O2, off for O3).")
 @click.option("--master-weights/--no-master-weights", default=None,

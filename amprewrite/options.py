@@ -13,7 +13,7 @@ class Options:
     """How to rewrite: opt level, dtype, style and apex-style property overrides."""
 
     opt_level: str = "O1"
-    dtype: str | None = None  # None: the runtime picks (float16 on CUDA, bfloat16 on the CPU)
+    dtype: str | None = None  # None: chosen at run time (bfloat16 where the machine has it)
     plain: bool = False  # emit torch.amp only, no runtime import
     keep_batchnorm_fp32: bool | None = None  # None: the opt level's default
     master_weights: bool | None = None

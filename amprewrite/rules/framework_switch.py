@@ -78,6 +78,14 @@ FRAMEWORK_SETTING_OUT_OF_SIGHT = declare(
     "section to add there.",
 )
 
+FRAMEWORK_BYPASSED = declare(
+    "AMP424", NOTE, "a loop of its own beside the framework stays FP32",
+    "A plain `loss.backward()` in a file whose framework owns precision (a warm-up loop next "
+    "to the Accelerator, a Trainer subclass calling `backward` itself) is outside the "
+    "framework's switch: it trains in FP32. Route it through the framework "
+    "(`accelerator.backward(loss)`) to train it in mixed precision.",
+)
+
 _PREFERS_BFLOAT16 = "prefers_bfloat16"  # the runtime's run-time choice
 _PLAIN_CHOICE = ("use_bf16", "amp_use_bf16")  # the plain style's module-level choice
 
@@ -302,6 +310,10 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
         switch_off_mixed_precision(ctx, settings)
         return
     switch_on_mixed_precision(ctx, settings)
+    for site in analysis.training.backwards:
+        ctx.notes.append(Note(FRAMEWORK_BYPASSED, site.call,
+                              f"`{ctx.facts.one_line(site.call)}` is not {settings.framework}'s: "
+                              "its loop trains in FP32; left unchanged"))
     if not settings.switches and not settings.hidden:
         where = ("where the Trainer's arguments are built" if settings.framework in (
             "transformers", "trl") else "where the trainer is built")
@@ -341,5 +353,6 @@ for x, y in loader:
 
 RULE = rule("framework-switch", (FRAMEWORK_SWITCHED_ON, FRAMEWORK_PRECISION_SET,
                                  FRAMEWORK_OWNS_PRECISION, FRAMEWORK_SETTING_OUT_OF_SIGHT,
+                                 FRAMEWORK_BYPASSED,
                                  MIXED_PRECISION_REMOVED), _plan,
             examples=_FRAMEWORK_SWITCH_EXAMPLES)

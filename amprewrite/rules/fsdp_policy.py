@@ -39,7 +39,7 @@ FSDP_POLICY_ADDED = declare(
 )
 
 FSDP_POLICY_SET = declare(
-    "AMP217", SKIP, "FSDP wrap already chooses its mixed precision",
+    "AMP225", SKIP, "FSDP wrap already chooses its mixed precision",
     "The wrap already passes a policy (`mp_policy`, `mixed_precision`) or a `**mapping` that may "
     "hold one: left as is. Autocast and the grad scaler are added as for any training step.",
 )

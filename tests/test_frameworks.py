@@ -1,0 +1,177 @@
+"""Which frameworks own a file's precision, and how their switches are written: the unit
+shapes beside the fixture pairs (`fixtures/framework_*`, `fixtures/rule_fsdp*`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from amprewrite.engine import rewrite_source
+from amprewrite.options import Options
+
+LOOP = '''\
+import torch
+{imports}
+
+{setup}
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def _rewrite(source: str, **options: object) -> tuple[str, str]:
+    result = rewrite_source(source.encode(), Options(**options))  # type: ignore[arg-type]
+    return result.source.decode(), "\n".join(f.format("t.py") for f in result.findings)
+
+
+@pytest.mark.parametrize(("imports", "setup"), [
+    ("from accelerate.utils import set_seed", "set_seed(0)"),
+    ("import lightning as L", "L.seed_everything(0)"),
+    ("from transformers import AutoModel", "encoder = AutoModel.from_config(config)"),
+    ("from transformers import HfArgumentParser", "(args,) = HfArgumentParser(Args).parse_args()"),
+])
+def test_a_helper_of_a_framework_leaves_the_loop_to_the_rewrite(imports: str, setup: str) -> None:
+    """Only what runs the step (an Accelerator, a Trainer, a LightningModule, a DeepSpeed
+    engine) owns precision: a plain loop that imports a helper gets autocast and a scaler."""
+    output, findings = _rewrite(LOOP.format(imports=imports, setup=setup))
+    assert "scaler.scale(loss).backward()" in output, findings
+    assert "AMP42" not in findings
+
+
+def test_trainer_arguments_from_a_mapping_are_reported_with_the_flag() -> None:
+    source = '''\
+from transformers import Trainer, TrainingArguments
+
+args = TrainingArguments(**config["training"])
+Trainer(model=model, args=args).train()
+'''
+    output, findings = _rewrite(source)
+    assert output == source
+    assert ('AMP423 `TrainingArguments(...)` is built from `**config["training"]`: set '
+            '`bf16=True` (`fp16=True` on GPUs older than compute capability 8.0) there'
+            ) in findings
+
+
+def test_trainer_told_to_use_the_cpu_gets_bf16_whatever_the_dtype() -> None:
+    source = '''\
+from transformers import TrainingArguments
+
+args = TrainingArguments(output_dir="out", use_cpu=True)
+'''
+    for dtype in (None, "float16", "bfloat16"):
+        output, _ = _rewrite(source, dtype=dtype)
+        assert 'TrainingArguments(output_dir="out", use_cpu=True, bf16=True)' in output
+
+
+def test_a_run_time_choice_name_taken_by_the_script_is_imported_under_another() -> None:
+    source = '''\
+from accelerate import Accelerator
+
+prefers_bfloat16 = False
+accelerator = Accelerator()
+'''
+    output, _ = _rewrite(source)
+    assert "from amprewrite_runtime import prefers_bfloat16 as amp_prefers_bfloat16" in output
+    assert 'mixed_precision="bf16" if amp_prefers_bfloat16() else "fp16"' in output
+
+
+def test_deepspeed_config_from_a_parameter_is_reported() -> None:
+    source = '''\
+import deepspeed
+
+
+def train(model, config):
+    engine, _, _, _ = deepspeed.initialize(model=model, config=config)
+    for batch in loader:
+        engine.backward(engine(batch))
+        engine.step()
+'''
+    output, findings = _rewrite(source, dtype="bfloat16")
+    assert output == source
+    assert findings == ('t.py:5:64: AMP423 the DeepSpeed config is `config`: add '
+                        '`"bf16": {"enabled": true}` there; left unchanged')
+
+
+def test_deepspeed_config_that_sets_a_precision_is_left_alone() -> None:
+    source = '''\
+import deepspeed
+
+config = {"train_batch_size": 8, "fp16": {"enabled": True, "loss_scale": 0}}
+engine, _, _, _ = deepspeed.initialize(model=model, config=config)
+'''
+    output, findings = _rewrite(source)
+    assert output == source
+    assert "AMP421 `DeepSpeed config` already sets" in findings
+
+
+FSDP = '''\
+{imports}
+
+model = build()
+{wrap}
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+'''
+
+
+@pytest.mark.parametrize("wrap", ["fully_shard(model, mp_policy=policy)",
+                                  "fully_shard(model, **fsdp_kwargs)"])
+def test_fsdp_wrap_that_chooses_its_precision_keeps_it(wrap: str) -> None:
+    output, findings = _rewrite(FSDP.format(
+        imports="import torch\nfrom torch.distributed.fsdp import fully_shard", wrap=wrap))
+    assert wrap in output and "MixedPrecisionPolicy" not in output
+    assert "AMP225" in findings
+    assert "with autocast():" in output and "GradScaler(sharded=True)" in output
+
+
+def test_fsdp_policy_in_a_file_without_torch_imports_it() -> None:
+    source = FSDP.format(imports="from torch.distributed._composable.fsdp import fully_shard",
+                         wrap="fully_shard(model)").replace("torch.optim", "optim").replace(
+        "torch.nn.functional", "F")
+    output, findings = _rewrite(source, dtype="bfloat16", plain=True)
+    assert "from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard" in (
+        output)
+    assert "\nimport torch\n" in output
+    assert ("mp_policy = MixedPrecisionPolicy( param_dtype=torch.bfloat16, "
+            "reduce_dtype=torch.float32 )") in " ".join(output.split())
+    assert "AMP114" in findings
+
+
+def test_fsdp_policy_is_bound_once_per_function() -> None:
+    source = '''\
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+
+def train(model, loader):
+    if wrap_blocks:
+        for block in model.blocks:
+            block = FSDP(block)
+    model = FSDP(model)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+'''
+    output, _ = _rewrite(source, dtype="float16")
+    assert output.count("mp_policy = MixedPrecision(") == 1
+    assert output.index("mp_policy = ") < output.index("if wrap_blocks:")
+    assert output.count("mixed_precision=mp_policy") == 2
+    assert "GradScaler(dtype=\"float16\", sharded=True)" in output
+
+
+def test_fsdp_gets_no_policy_at_o2() -> None:
+    output, findings = _rewrite(FSDP.format(
+        imports="import torch\nfrom torch.distributed.fsdp import fully_shard",
+        wrap="fully_shard(model)"), opt_level="O2")
+    assert "MixedPrecisionPolicy" not in output and "AMP114" not in findings
