@@ -35,8 +35,7 @@ from amprewrite.report import (
     summary,
 )
 from amprewrite.runner import FileOutcome, Status, is_notebook, process_source
-
-STDIN = "-"
+from amprewrite.streams import STDIN, colour, report_on_stderr
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -130,6 +129,7 @@ def main(
     compares losses and speed (see `amprewrite compare --help`; a file named `compare` is
     written `./compare`).
     """
+    ctx.color = colour()
     with _exit_codes():
         settings, root = _settings(ctx, paths, config_path)
         options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
@@ -151,10 +151,11 @@ def main(
         codes = _codes(settings["select"]), _codes(settings["ignore"])
         outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
         text = summary(outcomes, would=not write, excluded=found.excluded)
+        err = report_on_stderr(paths, write)
         if output_format == "json":
-            print_json(outcomes, not write, text)
+            print_json(outcomes, not write, text, err)
         elif output_format == "github":
-            print_github(outcomes, would=not write)
+            print_github(outcomes, not write, err)
         else:
             for outcome in outcomes:
                 report_findings(outcome, verbosity, would=not write)
