@@ -36,6 +36,7 @@ from amprewrite.report import (
 )
 from amprewrite.runner import FileOutcome, Status, is_notebook, process_source
 from amprewrite.streams import STDIN, colour, report_on_stderr
+from amprewrite.usage_checks import UsageProblem, check_settings, code_prefixes
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -148,7 +149,7 @@ def main(
         linked, alone = _projects(found.targets, options, write, jobs)
         outcomes.extend(linked)
         outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
-        codes = _codes(settings["select"]), _codes(settings["ignore"])
+        codes = code_prefixes(settings["select"]), code_prefixes(settings["ignore"])
         outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
         text = summary(outcomes, would=not write, excluded=found.excluded)
         err = report_on_stderr(paths, write)
@@ -282,9 +283,17 @@ def _settings(
         config = read_config(pyproject) if pyproject is not None else {}
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    for name, value in config.items():
-        if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
-            settings[name] = ",".join(value) if isinstance(value, list) else value
+    from_config = [name for name in config
+                   if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT]
+    for name in from_config:
+        value = config[name]
+        settings[name] = ",".join(value) if isinstance(value, list) else value
+    given = [name for name in settings if name in from_config
+             or ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    try:
+        check_settings(settings, given, from_config, pyproject)
+    except UsageProblem as exc:
+        raise click.UsageError(str(exc)) from exc
     return settings, pyproject.parent if pyproject is not None else Path.cwd()
 
 
@@ -293,10 +302,6 @@ def _patterns(*patterns: str | None) -> tuple[re.Pattern[str], ...]:
         return tuple(re.compile(p) for p in patterns if p)
     except re.error as exc:
         raise click.UsageError(f"invalid include or exclude pattern: {exc}") from exc
-
-
-def _codes(value: str | None) -> tuple[str, ...]:
-    return tuple(c.strip() for c in (value or "").split(",") if c.strip())
 
 
 def _refuse_bad_usage(paths: tuple[str, ...], options: Options, quiet_and_verbose: bool) -> None:

@@ -63,3 +63,59 @@ def test_force_color_colours_the_diff_off_a_terminal(tmp_path: Path) -> None:
     _, out, _ = _run("--diff", str(tmp_path / "train.py"),
                      env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
     assert "\x1b[" not in out
+
+
+# --- flags and config -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_bytes(TRAINING)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--seed", "3"], "--seed only applies with --reproducible"),
+    (["--select", "XYZ"], "--select: no finding code starts with 'XYZ'; a code or a prefix"),
+    (["--ignore", "AMP102,amp1"], "--ignore: no finding code starts with 'amp1'"),
+    (["--select", "AMP10200"], "--select: no finding code starts with 'AMP10200'; did you mean"),
+])
+def test_meaningless_flags_are_usage_errors_with_the_fix(
+    project: Path, flags: list[str], message: str
+) -> None:
+    code, _, err = _run("--check", *flags, "train.py")
+    assert code == 2 and message in err
+    assert "add --reproducible" in err or "`amprewrite --explain CODE`" in err
+
+
+@pytest.mark.parametrize("flags", [["--seed", "3", "--reproducible"], ["--select", "AMP1"],
+                                   ["--ignore", "AMP102,AMP6"], ["--select", "AMP"]])
+def test_meaningful_flags_still_run(project: Path, flags: list[str]) -> None:
+    assert _run("--check", *flags, "train.py")[0] == 1
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("seed = 3", "seed in [tool.amprewrite] of {} only applies with --reproducible"),
+    ('select = ["XYZ"]', "select in [tool.amprewrite] of {}: no finding code starts with"),
+    ('select = "AMP1"', 'select in [tool.amprewrite] of {}: expected a list of strings, got '
+                        '"AMP1" (a string); write e.g. select = ["AMP1"]'),
+    ("seed = true", "seed in [tool.amprewrite] of {}: expected an integer, got true"),
+    ("loss-scale = true", 'loss-scale in [tool.amprewrite] of {}: expected "dynamic" or a number'),
+    ('opt-level = "O5"', 'opt-level in [tool.amprewrite] of {}: expected one of "O0", "O1", '
+                         '"O2", "O3", got "O5" (a string); write e.g. opt-level = "O1"'),
+    ('exclude = "(("', "exclude in [tool.amprewrite] of {}: expected a regular expression"),
+])
+def test_config_errors_name_the_key_the_file_the_type_and_the_fix(
+    project: Path, line: str, message: str
+) -> None:
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(f"[tool.amprewrite]\n{line}\n")
+    code, _, err = _run("--check", "train.py")
+    assert code == 2 and message.format(pyproject) in " ".join(err.split())
+
+
+def test_a_config_seed_with_reproducible_runs(project: Path) -> None:
+    (project / "pyproject.toml").write_text("[tool.amprewrite]\nseed = 3\nreproducible = true\n")
+    assert _run("--check", "train.py")[0] == 1
