@@ -393,8 +393,10 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
+        from amprewrite.install_source import install_command
+
         raise CompareError("--plot needs matplotlib, which is an optional extra: "
-                           "pip install 'amprewrite[plot]'", 2) from None
+                           f"{install_command('plot')}", 2) from None
     matplotlib.use("Agg")
     from matplotlib import pyplot
 

@@ -115,9 +115,11 @@ def runtime_hint(outcomes: Iterable[FileOutcome], would: bool) -> str | None:
     if not any(outcome.status is Status.CHANGED and module in outcome.after
                and module not in outcome.before for outcome in outcomes):
         return None
+    from amprewrite.install_source import install_command
+
     verb = "would import" if would else "now import"
     return (f"rewritten files {verb} amprewrite_runtime: where they train, run "
-            "`pip install 'amprewrite[runtime]'` (or rewrite with --plain for torch.amp only)")
+            f"`{install_command()}` (or rewrite with --plain for torch.amp only)")
 
 
 def status_text(status: Status, would: bool) -> str:
