@@ -28,6 +28,7 @@ from amprewrite.report import (
     Verbosity,
     apply_hint,
     exit_code,
+    in_reported_mood,
     print_diff,
     report_findings,
     report_order,
@@ -150,13 +151,14 @@ def main(
         outcomes.extend(linked)
         outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
         codes = code_prefixes(settings["select"]), code_prefixes(settings["ignore"])
-        outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
+        outcomes = [in_reported_mood(keep_findings(outcome, *codes), not write)
+                    for outcome in report_order(outcomes)]
         text = summary(outcomes, would=not write, excluded=found.excluded)
         err = report_on_stderr(paths, write)
         if output_format == "json":
             print_json(outcomes, not write, text, err)
         elif output_format == "github":
-            print_github(outcomes, not write, err)
+            print_github(outcomes, err)
         else:
             for outcome in outcomes:
                 report_findings(outcome, verbosity, would=not write)

@@ -10,7 +10,7 @@ import click
 from amprewrite.catalog import Severity
 from amprewrite.findings import Finding
 from amprewrite.notebook_cells import CellFinding
-from amprewrite.report import in_mood, status_text
+from amprewrite.report import status_text
 from amprewrite.runner import FileOutcome, is_notebook
 
 _GITHUB_LEVEL = {Severity.ERROR: "error", Severity.SKIP: "warning", Severity.CHANGE: "notice",
@@ -44,13 +44,12 @@ def _json(finding: Finding, notebook: bool) -> dict[str, Any]:
                     "severity": finding.severity.value}
 
 
-def print_github(outcomes: list[FileOutcome], would: bool, err: bool = False) -> None:
+def print_github(outcomes: list[FileOutcome], err: bool = False) -> None:
     """GitHub Actions workflow commands (on stdout, stderr with `err`): annotations on the pull
-    request's diff (changes in the conditional when nothing was written). A finding in a
-    notebook cell is put on the line of the .ipynb file that shows it, its message prefixed
-    `cell 5:3:1: `."""
+    request's diff. A finding in a notebook cell is put on the line of the .ipynb file that
+    shows it, its message prefixed `cell 5:3:1: `."""
     for outcome in outcomes:
-        for f in (in_mood(finding, would) for finding in outcome.findings):
+        for f in outcome.findings:
             message = f.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
             if isinstance(f, CellFinding):
                 where = f"line={f.file_line}"

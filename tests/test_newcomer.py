@@ -152,7 +152,7 @@ def test_every_change_message_has_a_conditional_form() -> None:
     assert len(messages) > 30
     for code, message in messages:
         mood = conditional(message)
-        assert mood != message, (code, message)
+        assert mood != message and not mood.startswith(IF_NOT_CONJUGATED), (code, message)
         assert "would be deprecated" not in mood and "would be shuffled" not in mood
 
 

@@ -119,3 +119,42 @@ def test_config_errors_name_the_key_the_file_the_type_and_the_fix(
 def test_a_config_seed_with_reproducible_runs(project: Path) -> None:
     (project / "pyproject.toml").write_text("[tool.amprewrite]\nseed = 3\nreproducible = true\n")
     assert _run("--check", "train.py")[0] == 1
+
+
+# --- wording: what happened, or would, to this file -----------------------------------------
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_json_and_text_say_the_same_under_check(project: Path) -> None:
+    _, _, text = _run("--check", "train.py")
+    _, out, _ = _run("--check", "--output-format", "json", "train.py")
+    messages = [f["message"] for f in json.loads(out)["files"][0]["findings"]]
+    assert "grad scaler `scaler` would be created right after the optimizer is built" in messages
+    assert all(f" {message}" in text for message in messages)
+
+
+@pytest.mark.parametrize(("case", "flags", "expected"), [
+    ("migrate_torch_cuda_amp", ["--diff"], "AMP401 `torch.cuda.amp.GradScaler` (deprecated since "
+     "torch 2.4) would be migrated to `torch.amp.GradScaler` with device type \"cuda\""),
+    ("migrate_apex_behind_flag", ["--diff"], "AMP160 model would be cast by `scaler.initialize("
+     "model, optimizer, opt_level=args.opt_level if args.amp else \"O0\")` when the opt level "
+     "it runs at is O2 or O3"),
+    ("toplevel_loop", ["--check", "--opt-level", "O2"], "AMP160 model would be cast for O2 by "
+     "`scaler.initialize(model, optimizer)`"),
+])
+def test_migrations_and_model_casts_say_what_would_happen(
+    case: str, flags: list[str], expected: str
+) -> None:
+    err = _run(*flags, str(FIXTURES / case / "input.py"))[2]
+    assert expected in err and "after the rewrite" not in err
+
+
+def test_a_read_only_file_is_told_what_would_have_changed(project: Path) -> None:
+    (project / "train.py").chmod(0o444)
+    code, _, err = _run("train.py")
+    assert code == 123 and "AMP004 cannot write: permission denied (read-only file)" in err
+    assert "`optimizer.step()` would be routed through `scaler.step(optimizer)`" in err
+    assert " routed through" not in err.replace("would be routed", "")
+    _, out, _ = _run("--output-format", "json", "train.py")
+    assert "would be routed through" in out

@@ -36,7 +36,7 @@ def migrate_cuda_amp(ctx: RuleContext, deprecated: DeprecatedAmp) -> None:
         ctx.plan.replaces.append(Replace(use.node, _migrated(use)))
         old = f"torch.{use.device}.amp.{use.name}"
         ctx.notes.append(Note(CUDA_AMP_MIGRATED, use.node,
-                              f"`{old}` is deprecated since torch 2.4: now "
+                              f"`{old}` (deprecated since torch 2.4) migrated to "
                               f"`torch.amp.{use.name}` with device type \"{use.device}\""))
     for statement in deprecated.imports:
         ctx.plan.replaces.append(Replace(statement, _import_from_torch_amp))

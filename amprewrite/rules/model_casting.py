@@ -66,10 +66,10 @@ def initialize_models(
         block, index = ctx.facts.position(statement)
         index = max(index + 1, home.index) if block is home.block else index + 1
         ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(code)]))
-        level = ("the opt level it runs at, when O2 or O3" if ctx.level_at_run_time
-                 else ctx.options.opt_level)
-        ctx.notes.append(Note(MODEL_INITIALIZED, statement, f"`{code}` casts the model for "
-                              f"{level}"))
+        message = (f"model cast by `{code}` when the opt level it runs at is O2 or O3"
+                   if ctx.level_at_run_time else
+                   f"model cast for {ctx.options.opt_level} by `{code}`")
+        ctx.notes.append(Note(MODEL_INITIALIZED, statement, message))
 
 
 def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
@@ -84,7 +84,7 @@ def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
         ctx.plan.replaces.append(Replace(call.args[0].value, lambda _, new=masters: new))
         masters_code = f"{ctx.scaler_expr}.master_params({optimizer})"
         ctx.notes.append(Note(CLIPPING_ON_MASTER_WEIGHTS, call,
-                              "clipping applies to the float32 master weights "
+                              "clipping moved to the float32 master weights "
                               f"the optimizer steps (`{masters_code}`)"))
 
 

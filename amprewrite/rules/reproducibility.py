@@ -44,8 +44,8 @@ def seed_everything(
     ctx.plan.inserts.append(Insert(entry.block, entry.index, [ctx.parse_statement(code)]))
     anchor = entry.block.body[min(entry.index, len(entry.block.body) - 1)]
     ctx.notes.append(Note(REPRODUCIBILITY_ENABLED, anchor,
-                          f"`{code}` seeds random, numpy and torch and makes "
-                          "cuDNN and torch deterministic"))
+                          f"`{code}` added at the entry point: it seeds random, numpy "
+                          "and torch and makes cuDNN and torch deterministic"))
     for site in loaders:
         if site.function is not entry.function or not _inside(entry, site, ctx):
             ctx.notes.append(Note(LOADER_OUTSIDE_ENTRY, site.call,

@@ -45,8 +45,8 @@ def adopt_trainer_apis(ctx: RuleContext, apis: TrainerApis, torch: str) -> None:
         code = f"{runner.keys[0]}.{name} = {torch}.amp.GradScaler()"
         block, index = ctx.facts.position(runner.statement)
         ctx.plan.inserts.append(Insert(block, index + 1, [ctx.parse_statement(code)]))
-        ctx.notes.append(Note(TRAINER_SCALER_ADDED, runner.statement, f"Enchanter runner: `{code}` "
-                              "switches its mixed precision on"))
+        ctx.notes.append(Note(TRAINER_SCALER_ADDED, runner.statement, "Enchanter runner: mixed "
+                              f"precision switched on by `{code}`"))
 
 
 def _adopt_class(ctx: RuleContext, trainer: TrainerClass, scaler: str, torch: str) -> None:
