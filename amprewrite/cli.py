@@ -40,6 +40,12 @@ from amprewrite.streams import STDIN, colour, report_on_stderr
 from amprewrite.usage_checks import UsageProblem, check_settings, code_prefixes
 
 
+def _explain(ctx: click.Context, parameter: click.Parameter, value: str | None) -> None:
+    from amprewrite.explain import explain_option  # loads the catalog: only for --explain
+
+    explain_option(ctx, parameter, value)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...",
                 type=click.Path(path_type=str))
@@ -85,6 +91,9 @@ from amprewrite.usage_checks import UsageProblem, check_settings, code_prefixes
               default=None, help="pyproject.toml to read [tool.amprewrite] from.")
 @click.option("-q", "--quiet", is_flag=True, help="Report errors only; no summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Report every finding and each file.")
+@click.option("--explain", metavar="CODE", expose_value=False, is_eager=True,
+              callback=_explain,
+              help="Say what a finding code means, why it fires, what to do, with an example.")
 @click.version_option(__version__, "--version", prog_name="amprewrite",
                       message="%(prog)s %(version)s")
 @click.pass_context

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from amprewrite.catalog import codes
 from amprewrite.cli import main
+from amprewrite.explain import explanation
 from tests.test_cli import TRAINING
 
 
@@ -158,3 +160,37 @@ def test_a_read_only_file_is_told_what_would_have_changed(project: Path) -> None
     assert " routed through" not in err.replace("would be routed", "")
     _, out, _ = _run("--output-format", "json", "train.py")
     assert "would be routed through" in out
+
+
+# --- explain a code -------------------------------------------------------------------------
+
+
+def test_explain_prints_the_title_why_what_to_do_and_an_example() -> None:
+    code, out, _ = _run("--explain", "AMP212")
+    assert code == 0
+    assert out.startswith("AMP212 (skip): optimizer bound only on some paths\n")
+    assert "Why it fires: The stepped optimizer is created inside a branch" in out
+    assert "What to do: The stepped optimizer is created inside a branch" in out
+    assert "Example:\n\n    if args.sgd:\n        optimizer = torch.optim.SGD(params)" in out
+
+
+def test_explain_takes_a_lower_case_code_and_shows_a_rule_example_as_a_diff() -> None:
+    code, out, _ = _run("--explain", "amp104")
+    assert code == 0 and out.startswith("AMP104 (change): ")
+    assert "\n    +    scaler.step(optimizer)\n" in out
+
+
+def test_explain_of_an_unknown_code_is_a_usage_error_with_the_codes_it_resembles() -> None:
+    code, _, err = _run("--explain", "AMP99")
+    assert code == 2 and "no finding code 'AMP99'; did you mean AMP609" in err
+
+
+@pytest.mark.parametrize("code", sorted(codes()))
+def test_every_code_has_an_explanation(code: str) -> None:
+    text = explanation(codes()[code])
+    why = codes()[code].why
+    assert len(why) > 30 and why.endswith(".")
+    heading, _, rest = text.partition("\n\n")
+    assert heading == f"{code} ({codes()[code].severity.value}): {codes()[code].title}"
+    shown = rest.split("Example:\n\n", 1)[1]
+    assert shown.strip() and all(line.startswith("    ") for line in shown.splitlines() if line)

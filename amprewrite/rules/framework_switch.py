@@ -23,17 +23,25 @@ FRAMEWORK_SWITCHED_ON = declare(
     "AMP420", CHANGE, "framework mixed precision switched on",
     "Accelerate (`mixed_precision`), Lightning `Trainer`/`Fabric` (`precision`) own autocast and "
     "scaling: their switch is the whole rewrite.",
+    why=(
+        "The file builds an Accelerate `Accelerator` or a Lightning `Trainer`/`Fabric` "
+        "without a precision setting."
+    ),
 )
 
 FRAMEWORK_PRECISION_SET = declare(
     "AMP421", SKIP, "framework already sets its precision",
     "The `mixed_precision`/`precision` argument is already given: left as is.",
+    why="The framework's `mixed_precision`/`precision` argument is already given.",
+    example="accelerator = Accelerator(mixed_precision=\"no\")   # left as is",
 )
 
 FRAMEWORK_OWNS_PRECISION = declare(
     "AMP422", NOTE, "framework owns precision elsewhere",
     "This file uses a framework whose trainer is built in another file: set mixed precision "
     "there (amprewrite does when it rewrites that file).",
+    why="The file uses a framework whose trainer is built in another file.",
+    example="# model.py: a LightningModule; the Trainer is built in train.py",
 )
 
 

@@ -24,6 +24,7 @@ CUDA_AMP_MIGRATED = declare(
     "AMP401", CHANGE, "deprecated `torch.cuda.amp` / `torch.cpu.amp` migrated",
     "Deprecated since torch 2.4: now `torch.amp` with the device type spelled out; every "
     "argument is kept (autocast's positional ones by keyword).",
+    why="The script uses `torch.cuda.amp` or `torch.cpu.amp`, deprecated since torch 2.4.",
 )
 
 # Positional parameters of the deprecated autocast constructors, which `torch.amp.autocast`

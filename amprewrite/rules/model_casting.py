@@ -25,12 +25,20 @@ MODEL_INITIALIZED = declare(
     "AMP160", CHANGE, "model initialized for the opt level",
     "At O2/O3 `scaler.initialize(model, optimizer)` casts the model (batchnorm kept FP32 where "
     "asked), casts inputs at forward and creates master weights.",
+    why=(
+        "The opt level (O2/O3, fixed or chosen at run time) casts the model and creates "
+        "master weights."
+    ),
 )
 
 CLIPPING_ON_MASTER_WEIGHTS = declare(
     "AMP161", CHANGE, "clipping moved to the master weights",
     "With master weights the optimizer steps FP32 copies; clipping acts on them (apex's "
     "`amp.master_params(optimizer)`).",
+    why=(
+        "At O2/O3 with master weights, gradients are clipped on the model's parameters, "
+        "which the optimizer no longer steps."
+    ),
 )
 
 MODEL_NOT_INITIALIZED = declare(
@@ -38,6 +46,10 @@ MODEL_NOT_INITIALIZED = declare(
     "The optimizer's model is unknown, already wrapped by DDP/FSDP, or the optimizer is built "
     "in a file the rewrite did not link: call `scaler.initialize(model, optimizer)` by hand "
     "after it is built, before any wrapping (until then the model trains in float32).",
+    why=(
+        "At O2/O3 the model of an optimizer is unknown or already wrapped by "
+        "DDP/FSDP/DataParallel, or the optimizer is built in another file."
+    ),
 )
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel")

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 SCALER_CREATED = declare(
     "AMP100", CHANGE, "grad scaler created",
     "One scaler serves every training step it can reach.",
+    why=(
+        "The rewrite scales a backward pass and needs one grad scaler for it: it is "
+        "created next to the optimizer it serves."
+    ),
 )
 
 _WHERE = {

@@ -24,12 +24,30 @@ SCALER_PARAMETER = declare(
     "A function (or class) using an optimizer it is given by another module also receives "
     "the scaler: `scaler=None`, a new one when a caller passes none. Its callers in the "
     "project pass theirs.",
+    why=(
+        "A function or class in another module steps, saves or restores an optimizer it "
+        "is given, so it needs the scaler too."
+    ),
+    example=(
+        "# engine.py\n"
+        "-def train_one_epoch(model, optimizer, loader):\n"
+        "+def train_one_epoch(model, optimizer, loader, scaler=None):"
+    ),
 )
 
 SCALER_PASSED = declare(
     "AMP124", CHANGE, "grad scaler passed to another module",
     "A call handing an optimizer to a function or class of another module that steps, saves "
     "or restores it passes the scaler too.",
+    why=(
+        "A call hands an optimizer to a function or class of another module that steps, "
+        "saves or restores it."
+    ),
+    example=(
+        "# main.py\n"
+        "-train_one_epoch(model, optimizer, loader)\n"
+        "+train_one_epoch(model, optimizer, loader, scaler=scaler)"
+    ),
 )
 
 
@@ -38,6 +56,12 @@ SCALER_INHERITED = declare(
     "A class stepping the optimizer its base class stores uses the base's `self.scaler`, "
     "created in the base's `__init__` next to the optimizer (before a resume there), and "
     "saved and restored with the base's checkpoints.",
+    why="A class steps an optimizer that its base class, in another module, builds and stores.",
+    example=(
+        "# base_trainer.py: class BaseTrainer builds self.optimizer\n"
+        "+        self.scaler = GradScaler()\n"
+        "# trainer.py: class Trainer(BaseTrainer) steps it through self.scaler"
+    ),
 )
 
 

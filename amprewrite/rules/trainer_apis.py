@@ -28,11 +28,17 @@ TRAINER_SCALER_ADDED = declare(
     "Determined: `self.scaler = context.wrap_scaler(GradScaler())`, scaled `context.backward`, "
     "`step_optimizer(..., scaler=...)`, `update()`. Enchanter: `runner.scaler = GradScaler()` "
     "(custom runners: in `__init__`).",
+    why="A Determined trial or an Enchanter runner trains without a grad scaler.",
 )
 
 TRAINER_WITHOUT_INIT = declare(
     "AMP441", SKIP, "trainer class without `__init__`",
     "The grad scaler must be created once per trainer: add an `__init__`.",
+    why="A trainer class that needs a grad scaler has no `__init__` to create it in.",
+    example=(
+        "class Trial(PyTorchTrial):   # no __init__ to create the scaler in\n"
+        "    def train_batch(self, batch, epoch_idx, batch_idx): ..."
+    ),
 )
 
 
