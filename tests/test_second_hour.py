@@ -194,3 +194,57 @@ def test_every_code_has_an_explanation(code: str) -> None:
     assert heading == f"{code} ({codes()[code].severity.value}): {codes()[code].title}"
     shown = rest.split("Example:\n\n", 1)[1]
     assert shown.strip() and all(line.startswith("    ") for line in shown.splitlines() if line)
+
+
+# --- coverage you can see: evaluation without no_grad ----------------------------------------
+
+VALIDATION = """import torch
+import torch.nn.functional as F
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    model.train()
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    correct = 0
+    for x, y in val_loader:
+{guard}        out = model(x)
+        correct += (out.argmax(1) == y).sum().item()
+"""
+
+
+def _rewrite(source: str) -> tuple[str, list[str]]:
+    from amprewrite.engine import rewrite_source
+    from amprewrite.options import Options
+
+    result = rewrite_source(source.encode(), Options())
+    return result.source.decode(), [f"{f.line}:{f.col}: {f.code} {f.message}"
+                                    for f in result.findings]
+
+
+def test_a_validation_loop_without_no_grad_is_reported_where_it_is() -> None:
+    rewritten, findings = _rewrite(VALIDATION.format(guard=""))
+    assert ("16:15: AMP217 `model(...)` runs outside the training step and not under "
+            "`torch.no_grad()`: left in FP32, as it may need gradients (under `no_grad`, "
+            "evaluation is wrapped in autocast)") in findings
+    assert "        out = model(x)\n" in rewritten  # left as it was
+
+
+def test_a_validation_loop_under_no_grad_is_wrapped_not_reported() -> None:
+    source = VALIDATION.format(guard="        with torch.no_grad():\n").replace(
+        "        out = model(x)\n        correct", "            out = model(x)\n        correct")
+    rewritten, findings = _rewrite(source)
+    assert not [f for f in findings if "AMP217" in f]
+    assert any("AMP106" in f for f in findings) and "with autocast():" in rewritten
+
+
+def test_a_forward_pass_in_a_loop_that_computes_gradients_is_not_reported() -> None:
+    source = VALIDATION.format(guard="").replace(
+        "        correct += (out.argmax(1) == y).sum().item()\n",
+        "        out.sum().backward()  # saliency: gradients of the inputs\n")
+    assert not [f for f in _rewrite(source)[1] if "AMP217" in f]
