@@ -248,3 +248,56 @@ def test_a_forward_pass_in_a_loop_that_computes_gradients_is_not_reported() -> N
         "        correct += (out.argmax(1) == y).sum().item()\n",
         "        out.sum().backward()  # saliency: gradients of the inputs\n")
     assert not [f for f in _rewrite(source)[1] if "AMP217" in f]
+
+
+# --- generated code's style: imports where isort puts them -----------------------------------
+
+ISORTED = """\"\"\"Train.\"\"\"
+import os
+
+{third_party}
+
+from mypkg.models import Net
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(os.environ):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _isort_problems(path: Path, *settings: str) -> str:
+    import subprocess
+    import sys
+
+    options = [f"--config=lint.isort.{setting}" for setting in
+               ("known-first-party = ['mypkg']", *settings)]
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "I",
+                           *options, str(path)], capture_output=True, text=True, check=False)
+    return "" if done.returncode == 0 else done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("third_party", "settings", "expected"), [
+    ("import numpy as np\nimport torch\nimport torch.nn.functional as F\n"
+     "from torch.utils.data import DataLoader", (),
+     "import torch.nn.functional as F\nfrom amprewrite_runtime import GradScaler, autocast\n"
+     "from torch.utils.data import DataLoader\n"),
+    ("import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader", (),
+     "from amprewrite_runtime import GradScaler, autocast\nfrom torch.utils.data import "
+     "DataLoader\n\nfrom mypkg"),
+    ("import numpy as np\nfrom torch import optim\nimport torch.nn.functional as F",
+     ("force-sort-within-sections = true",),
+     "import os\n\nfrom amprewrite_runtime import GradScaler, autocast\nimport numpy as np\n"),
+])
+def test_the_runtime_import_goes_where_isort_puts_it(
+    tmp_path: Path, third_party: str, settings: tuple[str, ...], expected: str
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(ISORTED.format(third_party=third_party))
+    assert _isort_problems(script, *settings) == ""  # the input is isort-clean
+    assert _run(str(script))[0] == 1
+    assert expected in script.read_text()
+    assert _isort_problems(script, *settings) == ""

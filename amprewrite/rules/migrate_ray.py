@@ -95,8 +95,8 @@ def train_func(config):
 """,
         after="""\
 import torch
-from ray import train
 from amprewrite_runtime import GradScaler, autocast
+from ray import train
 
 
 def train_func(config):

@@ -76,8 +76,8 @@ for i, (x, y) in enumerate(loader):
 """,
         after="""\
 import torch
-from utils import average_gradients
 from amprewrite_runtime import GradScaler, autocast
+from utils import average_gradients
 
 model = torch.nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

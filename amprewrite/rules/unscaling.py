@@ -105,8 +105,8 @@ for x, y in loader:
 """,
         after="""\
 import torch
-from utils import *
 from amprewrite_runtime import GradScaler, autocast
+from utils import *
 
 model = torch.nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
