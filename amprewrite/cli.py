@@ -146,7 +146,7 @@ def main(
         options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
                           settings["keep_batchnorm_fp32"], settings["master_weights"],
                           settings["loss_scale"], reproducible=settings["reproducible"],
-                          seed=settings["seed"])
+                          seed=settings["seed"], line_length=_line_length(paths))
         _refuse_bad_usage(paths, options, quiet and verbose)
         verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
         write = not (check or show_diff)
@@ -306,6 +306,12 @@ def _settings(
     except UsageProblem as exc:
         raise click.UsageError(str(exc)) from exc
     return settings, pyproject.parent if pyproject is not None else Path.cwd()
+
+
+def _line_length(paths: tuple[str, ...]) -> int | None:
+    from amprewrite.line_length import configured_line_length  # reads files: only here
+
+    return configured_line_length([Path(p) for p in paths if p != STDIN])
 
 
 def _patterns(*patterns: str | None) -> tuple[re.Pattern[str], ...]:

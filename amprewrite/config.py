@@ -30,22 +30,31 @@ class ConfigError(Exception):
 def find_pyproject(inputs: list[Path]) -> Path | None:
     """The nearest pyproject.toml with a [tool.amprewrite] table above the inputs' common
     directory, not looking past the repository root (.git / .hg)."""
+    for candidate in project_directories(inputs):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file() and "amprewrite" in load_toml(pyproject).get("tool", {}):
+            return pyproject
+    return None
+
+
+def project_directories(inputs: list[Path]) -> list[Path]:
+    """The inputs' common directory and those above it, up to the repository root (.git /
+    .hg) included: where a project's configuration files may be."""
     real = [resolved(p) for p in inputs] or [Path.cwd()]
     directory = Path(*_common_parts(real))
     if not directory.is_dir():
         directory = directory.parent
+    found = []
     for candidate in (directory, *directory.parents):
-        pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and "amprewrite" in _load(pyproject).get("tool", {}):
-            return pyproject
+        found.append(candidate)
         if (candidate / ".git").exists() or (candidate / ".hg").exists():
-            return None
-    return None
+            break
+    return found
 
 
 def read_config(pyproject: Path) -> dict[str, Any]:
     """The [tool.amprewrite] table, keys as click parameter names (`opt_level`)."""
-    table = _load(pyproject).get("tool", {}).get("amprewrite", {})
+    table = load_toml(pyproject).get("tool", {}).get("amprewrite", {})
     settings: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
@@ -108,16 +117,16 @@ def _did_you_mean(key: str) -> str:
     return f" (known: {', '.join(sorted(KEYS))})"
 
 
-def _load(pyproject: Path) -> dict[str, Any]:
+def load_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):  # imported here: a run without a pyproject.toml starts faster
         import tomllib
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     try:
-        with pyproject.open("rb") as stream:
+        with path.open("rb") as stream:
             return tomllib.load(stream)
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {pyproject}: {exc}") from exc
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
 
 
 def _common_parts(paths: list[Path]) -> tuple[str, ...]:

@@ -301,3 +301,60 @@ def test_the_runtime_import_goes_where_isort_puts_it(
     assert _run(str(script))[0] == 1
     assert expected in script.read_text()
     assert _isort_problems(script, *settings) == ""
+
+
+# --- generated code's style: the line length -------------------------------------------------
+
+APEX = """import argparse
+
+import torch
+from apex import amp
+
+
+def main(args):
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = amp.initialize(model, optimizer, opt_level=args.opt_level,
+                                      keep_batchnorm_fp32=args.keep_batchnorm_fp32,
+                                      loss_scale=args.loss_scale)
+    for step in range(3):
+        optimizer.zero_grad()
+        loss = model(torch.randn(8, 4)).sum()
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+"""
+ONE_LINE = ("    scaler = GradScaler(args.opt_level, keep_batchnorm_fp32=args.keep_batchnorm_fp32, "
+            "loss_scale=args.loss_scale)\n")
+ONE_PER_LINE = """    scaler = GradScaler(
+        args.opt_level,
+        keep_batchnorm_fp32=args.keep_batchnorm_fp32,
+        loss_scale=args.loss_scale,
+    )
+"""
+
+
+def test_the_apex_migration_keeps_to_the_files_line_length() -> None:
+    rewritten, _ = _rewrite(APEX)
+    assert ONE_PER_LINE in rewritten
+    assert max(map(len, rewritten.splitlines())) <= max(map(len, APEX.splitlines()))
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), [
+    ("pyproject.toml", "[tool.black]\nline-length = 120\n", ONE_LINE),
+    ("pyproject.toml", "[tool.ruff]\nline-length = 100\n[tool.black]\nline-length = 120\n",
+     "    scaler = GradScaler(\n        args.opt_level, keep_batchnorm_fp32="
+     "args.keep_batchnorm_fp32, loss_scale=args.loss_scale\n    )\n"),
+    ("setup.cfg", "[flake8]\nmax-line-length = 120\n", ONE_LINE),
+    ("tox.ini", "[flake8]\nmax-line-length = 79\n", ONE_PER_LINE),
+    (".flake8", "[flake8]\nmax_line_length = 120\n", ONE_LINE),
+    ("ruff.toml", "line-length = 120\n", ONE_LINE),
+])
+def test_the_projects_configured_line_length_wins(
+    project: Path, name: str, text: str, expected: str
+) -> None:
+    (project / "sub").mkdir()
+    (project / "sub" / "train.py").write_text(APEX)
+    (project / name).write_text(text)
+    assert _run(str(project / "sub" / "train.py"))[0] == 1
+    assert expected in (project / "sub" / "train.py").read_text()

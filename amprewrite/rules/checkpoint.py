@@ -128,7 +128,7 @@ def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
 
 def _too_long(ctx: RuleContext, container: cst.Dict | cst.Call, new: cst.CSTNode) -> bool:
     """Whether adding `new` to a container on a one-line statement makes that line longer
-    than the file's line-length convention (`ModuleFacts.line_limit`)."""
+    than the file's line-length convention (`RuleContext.line_limit`)."""
     module = ctx.facts.module
     statement = ctx.facts.owner.get(id(container))
     if not isinstance(statement, cst.SimpleStatementLine):
@@ -138,7 +138,7 @@ def _too_long(ctx: RuleContext, container: cst.Dict | cst.Call, new: cst.CSTNode
         return False  # a statement over several lines: its layout is the author's
     length = ctx.facts.indentation(statement) + len(line)
     length += len(", " + module.code_for_node(new))
-    return length > ctx.facts.line_limit
+    return length > ctx.line_limit
 
 
 def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:

@@ -73,7 +73,7 @@ def receive_scaler(ctx: RuleContext, parameter: ScalerParameter, in_class: bool)
     opening = indent + len(f"def {function.name.value}(")
     params = ctx.facts.module.code_for_node(function.params)
     added = f", {name}=None"
-    wrap = "\n" not in params and opening + len(params + added) + 2 > ctx.facts.line_limit
+    wrap = "\n" not in params and opening + len(params + added) + 2 > ctx.line_limit
     ctx.plan.replaces.append(Replace(function.params, append_parameter(
         name, cst.Name("None"), _aligned_break(opening - indent) if wrap else None)))
     if not in_class and ctx.style is not None and isinstance(function.body, cst.IndentedBlock):
@@ -117,11 +117,11 @@ def _wrapping_comma(ctx: RuleContext, call: cst.Call, added: int) -> cst.Comma |
     if isinstance(layout, cst.ParenthesizedWhitespace):  # `f(\n    a, b\n)`
         lines = text.splitlines()
         last_line = lines[-2] if len(lines) > 1 and lines[-1].strip() == ")" else lines[-1]
-        fits = indent + len(last_line.rstrip(")")) + added <= ctx.facts.line_limit
+        fits = indent + len(last_line.rstrip(")")) + added <= ctx.line_limit
         return None if fits else cst.Comma(whitespace_after=layout)
     line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
     start = line.find(text)
-    if "\n" in line or start < 0 or indent + len(line) + added <= ctx.facts.line_limit:
+    if "\n" in line or start < 0 or indent + len(line) + added <= ctx.line_limit:
         return None
     return _aligned_break(start + len(module.code_for_node(call.func)) + 1)
 
