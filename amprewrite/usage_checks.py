@@ -7,7 +7,6 @@ file it came from (`seed in [tool.amprewrite] of pyproject.toml`).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,8 @@ def code_prefixes(value: str | None) -> tuple[str, ...]:
 
 def unknown_code(prefix: str) -> str | None:
     """Why no finding code starts with `prefix` and what to write instead; None if some does."""
+    import difflib
+
     from amprewrite.catalog import codes  # imports every rule: only when codes are given
 
     known = codes()
