@@ -72,9 +72,15 @@ def test_the_runtime_requirement_names_where_amprewrite_came_from(
     assert requirement(direct_url, Path("/home/me/amprewrite"), "runtime") == expected
 
 
-def test_this_clone_installs_the_runtime_from_itself() -> None:
-    assert install_command(cwd=ROOT) == "pip install '.[runtime]'"
-    assert install_command("plot", cwd=ROOT / "tests") == f"pip install '{ROOT}[plot]'"
+def test_a_clone_run_without_pip_records_installs_from_itself() -> None:
+    """Run from its source tree (PYTHONPATH, no direct_url.json): the clone is the source."""
+    assert requirement(None, ROOT, "runtime") == ".[runtime]"
+    assert requirement(None, ROOT / "tests", "plot") == f"{ROOT}[plot]"
+
+
+def test_the_install_command_quotes_the_requirement_for_the_shell() -> None:
+    command = install_command(cwd=ROOT)
+    assert command.startswith("pip install '") and command.endswith("[runtime]'")
 
 
 @pytest.mark.slow
