@@ -25,34 +25,45 @@ CHANGE, SKIP, NOTE, LINT, ERROR = Severity
 
 
 class Code(str):
-    """A finding code: its id (the string itself, `AMP102`), severity, title and what the
-    user should do."""
+    """A finding code: its id (the string itself, `AMP102`), severity, title, what the user
+    should do (`advice`), why it fires, and an example (None: its rule's examples show it)."""
 
     severity: Severity
     title: str
     advice: str
+    why: str
+    example: str | None
 
-    def __new__(cls, id: str, severity: Severity, title: str, advice: str) -> Code:
+    def __new__(
+        cls, id: str, severity: Severity, title: str, advice: str, why: str,
+        example: str | None = None,
+    ) -> Code:
         code = super().__new__(cls, id)
         code.severity, code.title, code.advice = severity, title, advice
+        code.why, code.example = why, example
         return code
 
     @property
     def id(self) -> str:
         return str(self)
 
-    def __reduce__(self) -> tuple[type[Code], tuple[str, Severity, str, str]]:
-        return Code, (str(self), self.severity, self.title, self.advice)  # across processes
+    def __reduce__(self) -> tuple[type[Code], tuple[str, Severity, str, str, str, str | None]]:
+        return Code, (str(self), self.severity, self.title, self.advice, self.why,
+                      self.example)  # across processes
 
 
 _DECLARED: dict[str, Code] = {}
 
 
-def declare(id: str, severity: Severity, title: str, advice: str) -> Code:
-    """Register a code; a second declaration of the same id is a programming error."""
+def declare(
+    id: str, severity: Severity, title: str, advice: str, *, why: str,
+    example: str | None = None,
+) -> Code:
+    """Register a code; a second declaration of the same id is a programming error. `example`
+    is left out where the examples of the rule emitting the code show it."""
     if id in _DECLARED:
         raise ValueError(f"finding code {id} declared twice")
-    code = Code(id, severity, title, advice)
+    code = Code(id, severity, title, advice, why, example)
     _DECLARED[id] = code
     return code
 
@@ -92,8 +103,9 @@ def severity_of(code_id: str) -> Severity:
 
 def findings_table() -> str:
     """The Markdown table of every code, as docs/findings.md shows it."""
-    rows = ["| code | severity | what | what to do |", "| --- | --- | --- | --- |"]
-    rows += [f"| {c.id} | {c.severity.value} | {c.title} | {c.advice} |"
+    rows = ["| code | severity | what | why it fires | what to do |",
+            "| --- | --- | --- | --- | --- |"]
+    rows += [f"| {c.id} | {c.severity.value} | {c.title} | {c.why} | {c.advice} |"
              for c in codes().values()]
     return "\n".join(rows) + "\n"
 
@@ -112,8 +124,6 @@ def with_table(page: str) -> str:
 def rules_page() -> str:
     """docs/rules.md: every recipe's rules in order, each with its codes and its examples
     as the diff the rewrite makes."""
-    import difflib
-
     from amprewrite.options import Options
     from amprewrite.recipes import recipes
 
@@ -143,10 +153,16 @@ def rules_page() -> str:
                     lines += ["```python", example.before.rstrip("\n"), "```",
                               "", "is left as it is.", ""]
                     continue
-                diff = difflib.unified_diff(example.before.splitlines(),
-                                            example.after.splitlines(), lineterm="", n=2)
-                lines += ["```diff", *list(diff)[2:], "```", ""]
+                lines += ["```diff", *example_diff(example.before, example.after), "```", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def example_diff(before: str, after: str) -> list[str]:
+    """A rule example's rewrite as the lines of a unified diff, without its header."""
+    import difflib
+
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2)
+    return list(diff)[2:]
 
 
 def main() -> None:

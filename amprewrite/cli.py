@@ -28,6 +28,7 @@ from amprewrite.report import (
     Verbosity,
     apply_hint,
     exit_code,
+    in_reported_mood,
     print_diff,
     report_findings,
     report_order,
@@ -35,8 +36,14 @@ from amprewrite.report import (
     summary,
 )
 from amprewrite.runner import FileOutcome, Status, is_notebook, process_source
+from amprewrite.streams import STDIN, colour, report_on_stderr
+from amprewrite.usage_checks import UsageProblem, check_settings, code_prefixes
 
-STDIN = "-"
+
+def _explain(ctx: click.Context, parameter: click.Parameter, value: str | None) -> None:
+    from amprewrite.explain import explain_option  # loads the catalog: only for --explain
+
+    explain_option(ctx, parameter, value)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -85,6 +92,9 @@ STDIN = "-"
               default=None, help="pyproject.toml to read [tool.amprewrite] from.")
 @click.option("-q", "--quiet", is_flag=True, help="Report errors only; no summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Report every finding and each file.")
+@click.option("--explain", metavar="CODE", expose_value=False, is_eager=True,
+              callback=_explain,
+              help="Say what a finding code means, why it fires, what to do, with an example.")
 @click.version_option(__version__, "--version", prog_name="amprewrite",
                       message="%(prog)s %(version)s")
 @click.pass_context
@@ -131,12 +141,13 @@ def main(
     compares losses and speed (see `amprewrite compare --help`; a file named `compare` is
     written `./compare`).
     """
+    ctx.color = colour()
     with _exit_codes():
         settings, root = _settings(ctx, paths, config_path)
         options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
                           settings["keep_batchnorm_fp32"], settings["master_weights"],
                           settings["loss_scale"], reproducible=settings["reproducible"],
-                          seed=settings["seed"])
+                          seed=settings["seed"], line_length=_line_length(paths))
         _refuse_bad_usage(paths, options, quiet and verbose)
         verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
         write = not (check or show_diff)
@@ -149,13 +160,15 @@ def main(
         linked, alone = _projects(found.targets, options, write, jobs)
         outcomes.extend(linked)
         outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
-        codes = _codes(settings["select"]), _codes(settings["ignore"])
-        outcomes = [keep_findings(outcome, *codes) for outcome in report_order(outcomes)]
+        codes = code_prefixes(settings["select"]), code_prefixes(settings["ignore"])
+        outcomes = [in_reported_mood(keep_findings(outcome, *codes), not write)
+                    for outcome in report_order(outcomes)]
         text = summary(outcomes, would=not write, excluded=found.excluded)
+        err = report_on_stderr(paths, write)
         if output_format == "json":
-            print_json(outcomes, not write, text)
+            print_json(outcomes, not write, text, err)
         elif output_format == "github":
-            print_github(outcomes, would=not write)
+            print_github(outcomes, err)
         else:
             for outcome in outcomes:
                 report_findings(outcome, verbosity, would=not write)
@@ -282,10 +295,24 @@ def _settings(
         config = read_config(pyproject) if pyproject is not None else {}
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    for name, value in config.items():
-        if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
-            settings[name] = ",".join(value) if isinstance(value, list) else value
+    from_config = [name for name in config
+                   if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT]
+    for name in from_config:
+        value = config[name]
+        settings[name] = ",".join(value) if isinstance(value, list) else value
+    given = [name for name in settings if name in from_config
+             or ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    try:
+        check_settings(settings, given, from_config, pyproject)
+    except UsageProblem as exc:
+        raise click.UsageError(str(exc)) from exc
     return settings, pyproject.parent if pyproject is not None else Path.cwd()
+
+
+def _line_length(paths: tuple[str, ...]) -> int | None:
+    from amprewrite.line_length import configured_line_length  # reads files: only here
+
+    return configured_line_length([Path(p) for p in paths if p != STDIN])
 
 
 def _patterns(*patterns: str | None) -> tuple[re.Pattern[str], ...]:
@@ -293,10 +320,6 @@ def _patterns(*patterns: str | None) -> tuple[re.Pattern[str], ...]:
         return tuple(re.compile(p) for p in patterns if p)
     except re.error as exc:
         raise click.UsageError(f"invalid include or exclude pattern: {exc}") from exc
-
-
-def _codes(value: str | None) -> tuple[str, ...]:
-    return tuple(c.strip() for c in (value or "").split(",") if c.strip())
 
 
 def _refuse_bad_usage(paths: tuple[str, ...], options: Options, quiet_and_verbose: bool) -> None:

@@ -145,6 +145,18 @@ def refuse_before_running(command: Sequence[str]) -> None:
     """Fail fast, with the fix, on a command that cannot give a trace: a script named as
     the command (`compare train.py`), or a script that does not use the runtime (not
     rewritten, or rewritten with --plain), which would otherwise train to the end twice."""
+    from amprewrite.compare_notebooks import is_notebook_path, kernel_run_problem
+
+    if is_notebook_path(command):
+        if RUNTIME_MODULE not in _read(Path(command[0])):
+            raise CompareError(f"`{command[0]}` does not import amprewrite_runtime, so neither "
+                               "run would be traced: rewrite it first with `amprewrite "
+                               f"{shlex.quote(command[0])}` (not --plain), then compare again",
+                               2)
+        return
+    problem = kernel_run_problem(command)
+    if problem is not None:
+        raise CompareError(problem, 2)
     program = Path(command[0])
     if program.is_file() and not os.access(program, os.X_OK):
         raise CompareError(f"`{command[0]}` is a file, not a command: run it with Python, "
@@ -393,8 +405,10 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
+        from amprewrite.install_source import install_command
+
         raise CompareError("--plot needs matplotlib, which is an optional extra: "
-                           "pip install 'amprewrite[plot]'", 2) from None
+                           f"{install_command('plot')}", 2) from None
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
@@ -412,18 +426,24 @@ def _pyplot() -> Any:
 def compare(steps: int, plot_path: Path | None, command: tuple[str, ...]) -> None:
     """Run a rewritten training script as FP32 and at its own opt level, and compare them.
 
-    COMMAND runs twice, each time stopped after --steps optimizer steps: with
-    AMPREWRITE_OPT_LEVEL=O0 (FP32), then at the script's own level (an AMPREWRITE_OPT_LEVEL
-    in the environment is removed for that run; AMPREWRITE_DTYPE and AMPREWRITE_DEVICE apply
-    to both). Prints the final losses, their divergence, skipped steps, the loss scale and the
-    median step times.
+    COMMAND (`python train.py`, or a notebook's path alone: `amprewrite compare nb.ipynb`
+    runs its code cells as one script) runs twice, each time stopped after --steps optimizer
+    steps: with AMPREWRITE_OPT_LEVEL=O0 (FP32), then at the script's own level (an
+    AMPREWRITE_OPT_LEVEL in the environment is removed for that run; AMPREWRITE_DTYPE and
+    AMPREWRITE_DEVICE apply to both). Prints the final losses, their divergence, skipped
+    steps, the loss scale and the median step times.
 
     Exit status: 0 compared, 1 a run failed or wrote no trace, 2 usage error.
     """
+    from amprewrite.compare_notebooks import NOTEBOOK_ENVIRONMENT, is_notebook_path, script_command
+
     if plot_path is not None:
         _pyplot()  # refuse before spending the runs' time
     refuse_before_running(command)
     inherited = {k: v for k, v in os.environ.items() if k != ENV_OPT_LEVEL}
+    if is_notebook_path(command):
+        inherited |= NOTEBOOK_ENVIRONMENT
+        command = tuple(script_command(command[0]))
     runs = []
     for label, extra in (("FP32", {ENV_OPT_LEVEL: "O0"}), ("AMP", {})):
         click.echo(f"amprewrite compare: {label} run of `{_shell(command)}` ...", err=True)

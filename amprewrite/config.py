@@ -7,11 +7,13 @@ The command line wins over the file. Keys use the command line's spelling (`opt-
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from amprewrite.fileio import resolved
+from amprewrite.options import DTYPES, OPT_LEVELS
 
 KEYS = {
     "opt-level": str, "dtype": str, "plain": bool, "keep-batchnorm-fp32": bool,
@@ -28,32 +30,83 @@ class ConfigError(Exception):
 def find_pyproject(inputs: list[Path]) -> Path | None:
     """The nearest pyproject.toml with a [tool.amprewrite] table above the inputs' common
     directory, not looking past the repository root (.git / .hg)."""
+    for candidate in project_directories(inputs):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file() and "amprewrite" in load_toml(pyproject).get("tool", {}):
+            return pyproject
+    return None
+
+
+def project_directories(inputs: list[Path]) -> list[Path]:
+    """The inputs' common directory and those above it, up to the repository root (.git /
+    .hg) included: where a project's configuration files may be."""
     real = [resolved(p) for p in inputs] or [Path.cwd()]
     directory = Path(*_common_parts(real))
     if not directory.is_dir():
         directory = directory.parent
+    found = []
     for candidate in (directory, *directory.parents):
-        pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and "amprewrite" in _load(pyproject).get("tool", {}):
-            return pyproject
+        found.append(candidate)
         if (candidate / ".git").exists() or (candidate / ".hg").exists():
-            return None
-    return None
+            break
+    return found
 
 
 def read_config(pyproject: Path) -> dict[str, Any]:
     """The [tool.amprewrite] table, keys as click parameter names (`opt_level`)."""
-    table = _load(pyproject).get("tool", {}).get("amprewrite", {})
+    table = load_toml(pyproject).get("tool", {}).get("amprewrite", {})
     settings: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
             raise ConfigError(f"unknown key {key!r} in [tool.amprewrite] of {pyproject}"
                               f"{_did_you_mean(key)}")
-        if not isinstance(value, KEYS[key]) or (KEYS[key] is int and isinstance(value, bool)):
-            raise ConfigError(f"[tool.amprewrite] {key} in {pyproject} has the wrong type "
-                              f"({type(value).__name__})")
+        problem = _value_problem(key, value)
+        if problem is not None:
+            raise ConfigError(f"{key} in [tool.amprewrite] of {pyproject}: {problem}")
         settings[key.replace("-", "_")] = str(value) if key == "loss-scale" else value
     return settings
+
+
+_EXPECTED = {str: "a string", bool: "true or false", int: "an integer",
+             list: "a list of strings", (str, int, float): '"dynamic" or a number'}
+_EXAMPLES = {"opt-level": '"O1"', "dtype": '"bfloat16"', "plain": "true",
+             "keep-batchnorm-fp32": "true", "master-weights": "true", "loss-scale": '"dynamic"',
+             "reproducible": "true", "seed": "0", "include": "'\\.py$'", "exclude": '"/legacy/"',
+             "extend-exclude": '"/gen/"', "force-exclude": "true", "select": '["AMP1"]',
+             "ignore": '["AMP106"]'}
+_CHOICES = {"opt-level": OPT_LEVELS, "dtype": DTYPES}
+_PATTERNS = ("include", "exclude", "extend-exclude")
+
+
+def _value_problem(key: str, value: object) -> str | None:
+    """What is wrong with a key's value, with the expected type and an example; None if
+    nothing."""
+    expected = KEYS[key]
+    wrong = (not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))
+             or (expected is list and not all(isinstance(item, str) for item in value)))
+    if wrong:
+        return (f"expected {_EXPECTED[expected]}, got {_toml(value)}; "
+                f"write e.g. {key} = {_EXAMPLES[key]}")
+    choices = _CHOICES.get(key)
+    if choices is not None and value not in choices:
+        shown = ", ".join(f'"{choice}"' for choice in choices)
+        return (f"expected one of {shown}, got {_toml(value)}; "
+                f"write e.g. {key} = {_EXAMPLES[key]}")
+    if key in _PATTERNS:
+        try:
+            re.compile(value)  # type: ignore[arg-type]
+        except re.error as exc:
+            return (f"expected a regular expression, got {_toml(value)} ({exc}); "
+                    f"write e.g. {key} = {_EXAMPLES[key]}")
+    return None
+
+
+def _toml(value: object) -> str:
+    """A value as TOML spells it, with its kind: `"O2" (a string)`."""
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+    shown = str(value).lower() if isinstance(value, bool) else repr(value).replace("'", '"')
+    return f"{shown} ({kind})"
 
 
 def _did_you_mean(key: str) -> str:
@@ -64,16 +117,16 @@ def _did_you_mean(key: str) -> str:
     return f" (known: {', '.join(sorted(KEYS))})"
 
 
-def _load(pyproject: Path) -> dict[str, Any]:
+def load_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):  # imported here: a run without a pyproject.toml starts faster
         import tomllib
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     try:
-        with pyproject.open("rb") as stream:
+        with path.open("rb") as stream:
             return tomllib.load(stream)
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read {pyproject}: {exc}") from exc
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
 
 
 def _common_parts(paths: list[Path]) -> tuple[str, ...]:

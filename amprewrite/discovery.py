@@ -22,6 +22,13 @@ GITIGNORE_LINE_IGNORED = declare(
     "A pattern git cannot use (a lone `!`, a trailing `\\`, a range like `[z-a]`) matches "
     "nothing, for git and for amprewrite; the file's other lines still apply. Fix or remove "
     "the line.",
+    why="A line of a `.gitignore` in a walked directory is a pattern git itself cannot use.",
+    example=(
+        "# .gitignore\n"
+        "!\n"
+        "build/\n"
+        "# the lone `!` is reported; `build/` still applies"
+    ),
 )
 
 # Never descended into when walking a directory (hidden directories are skipped as well, and so
@@ -42,6 +49,14 @@ SYMLINK_OUTSIDE = declare(
     "A walked directory's `*.py` symlink whose target lies outside it is left alone, as black "
     "does, so that a run on a directory only writes files inside it (and the project stays "
     "within it). Name the link itself on the command line to rewrite its target.",
+    why=(
+        "A directory walk found a `*.py` symlink whose target lies outside the "
+        "directory being rewritten."
+    ),
+    example=(
+        "$ ln -s /elsewhere/train.py project/train.py && amprewrite project\n"
+        "# project/train.py: AMP007 symlink pointing outside the directory"
+    ),
 )
 
 

@@ -58,6 +58,11 @@ TOO_LARGE = declare(
     "A source over 5 MB (`engine.MAX_SOURCE_BYTES`; a notebook's code cells together) is "
     "left unchanged: parsing it would take gigabytes of memory. Such a file is generated "
     "rather than a training script: exclude it.",
+    why="The source (a notebook's code cells together) is larger than 5 MB.",
+    example=(
+        "# a generated file of 6 MB (weights written as a Python literal)\n"
+        "WEIGHTS = [0.1, 0.2, ...]"
+    ),
 )
 
 

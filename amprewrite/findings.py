@@ -14,6 +14,15 @@ from amprewrite.catalog import ERROR, NOTE, SKIP, Severity, declare, severity_of
 NOTHING_TO_DO = declare(
     "AMP001", NOTE, "no training step or model forward pass found",
     "Nothing to do: the file is left byte-identical.",
+    why=(
+        "The file has no backward pass, optimizer step, model forward pass or custom "
+        "autograd Function for the rewrite to act on (or it mentions neither torch nor "
+        "a training framework)."
+    ),
+    example=(
+        "def add(a, b):\n"
+        "    return a + b"
+    ),
 )
 
 ALREADY_MIXED_PRECISION = declare(
@@ -21,16 +30,44 @@ ALREADY_MIXED_PRECISION = declare(
     "Left unchanged so that running the tool twice changes nothing. Only when training already "
     "runs it: a grad scaler, an apex.amp call, or an autocast over gradient-computing code (see "
     "AMP144, AMP145).",
+    why=(
+        "The training step already runs under mixed precision: a grad scaler, an "
+        "apex.amp call or an autocast around gradient-computing code."
+    ),
+    example=(
+        "scaler = torch.amp.GradScaler()\n"
+        "with torch.autocast(\"cuda\"):\n"
+        "    loss = criterion(model(x), y)\n"
+        "scaler.scale(loss).backward()"
+    ),
 )
 
 CANNOT_PARSE = declare(
     "AMP003", ERROR, "file cannot be parsed",
     "Fix the syntax error (amprewrite reads Python 3 source) and run again.",
+    why=(
+        "CPython's parser or compiler refuses the source (a syntax error, or code the "
+        "grammar allows but the compiler rejects, such as `return` at module level)."
+    ),
+    example=(
+        "import torch\n"
+        "x = (1,\n"
+        "# train.py:2:5: AMP003 cannot parse: '(' was never closed; file left unchanged"
+    ),
 )
 
 CANNOT_PROCESS = declare(
     "AMP004", ERROR, "file cannot be read or written",
     "Check the path, its permissions and its encoding.",
+    why=(
+        "The file could not be read (missing, unreadable, not a regular file, an "
+        "unknown encoding, binary) or its rewrite could not be written (read-only, a "
+        "full disk, changed on disk meanwhile)."
+    ),
+    example=(
+        "$ chmod a-w train.py && amprewrite train.py\n"
+        "# train.py:1:1: AMP004 cannot write: permission denied (read-only file)"
+    ),
 )
 
 CELL_CANNOT_PARSE = declare(
@@ -39,6 +76,15 @@ CELL_CANNOT_PARSE = declare(
     "rewritten. Fix its syntax (IPython's magics, `!` commands and `?` help are understood; a "
     "cell whose cell magic runs something other than Python, such as `%%bash`, is skipped "
     "without a finding).",
+    why=(
+        "A code cell of a notebook does not parse as Python, even with its IPython "
+        "syntax (magics, `!` commands, `?` help) masked."
+    ),
+    example=(
+        "# a notebook cell:\n"
+        "for x in\n"
+        "# train.ipynb:cell 3:1:9: AMP005 ... the cell is left unchanged"
+    ),
 )
 
 

@@ -20,6 +20,7 @@ class Options:
     loss_scale: str | None = None  # "dynamic" or a number, as typed
     reproducible: bool = False  # seed everything at the entry point, seed training loaders
     seed: int = 0
+    line_length: int | None = None  # the project's (ruff, black, flake8); None: each file's
 
     @property
     def casts_model(self) -> bool:

@@ -10,16 +10,18 @@ import click
 from amprewrite.catalog import Severity
 from amprewrite.findings import Finding
 from amprewrite.notebook_cells import CellFinding
-from amprewrite.report import in_mood, status_text
+from amprewrite.report import status_text
 from amprewrite.runner import FileOutcome, is_notebook
 
 _GITHUB_LEVEL = {Severity.ERROR: "error", Severity.SKIP: "warning", Severity.CHANGE: "notice",
                  Severity.NOTE: "notice"}
 
 
-def print_json(outcomes: list[FileOutcome], would: bool, summary: str) -> None:
-    """One JSON document on stdout: every file, its status and its findings (in a notebook,
-    each with its `cell`: null for a finding on the whole file)."""
+def print_json(
+    outcomes: list[FileOutcome], would: bool, summary: str, err: bool = False
+) -> None:
+    """One JSON document on stdout (stderr with `err`): every file, its status and its
+    findings (in a notebook, each with its `cell`: null for a finding on the whole file)."""
     document = {
         "files": [
             {
@@ -31,7 +33,7 @@ def print_json(outcomes: list[FileOutcome], would: bool, summary: str) -> None:
         ],
         "summary": summary,
     }
-    click.echo(json.dumps(document, indent=2))
+    click.echo(json.dumps(document, indent=2), err=err)
 
 
 def _json(finding: Finding, notebook: bool) -> dict[str, Any]:
@@ -42,12 +44,12 @@ def _json(finding: Finding, notebook: bool) -> dict[str, Any]:
                     "severity": finding.severity.value}
 
 
-def print_github(outcomes: list[FileOutcome], would: bool) -> None:
-    """GitHub Actions workflow commands: annotations on the pull request's diff (changes in
-    the conditional when nothing was written). A finding in a notebook cell is put on the
-    line of the .ipynb file that shows it, its message prefixed `cell 5:3:1: `."""
+def print_github(outcomes: list[FileOutcome], err: bool = False) -> None:
+    """GitHub Actions workflow commands (on stdout, stderr with `err`): annotations on the pull
+    request's diff. A finding in a notebook cell is put on the line of the .ipynb file that
+    shows it, its message prefixed `cell 5:3:1: `."""
     for outcome in outcomes:
-        for f in (in_mood(finding, would) for finding in outcome.findings):
+        for f in outcome.findings:
             message = f.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
             if isinstance(f, CellFinding):
                 where = f"line={f.file_line}"
@@ -55,4 +57,4 @@ def print_github(outcomes: list[FileOutcome], would: bool) -> None:
             else:
                 where = f"line={f.line},col={f.col}"
             click.echo(f"::{_GITHUB_LEVEL[f.severity]} file={outcome.path},{where},"
-                       f"title={f.code}::{message}")
+                       f"title={f.code}::{message}", err=err)

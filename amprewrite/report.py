@@ -65,19 +65,26 @@ def visible(finding: Finding, explicit: bool, verbosity: Verbosity) -> bool:
 
 def report_findings(outcome: FileOutcome, verbosity: Verbosity, would: bool) -> None:
     """The file's visible findings by line (a notebook's by cell, then line), then (verbose)
-    its status, on stderr; with `would` (--check/--diff), changes in the conditional."""
+    its status (`would`: with --check/--diff), on stderr."""
     for finding in sorted(outcome.findings, key=position):
         if visible(finding, outcome.explicit, verbosity):
-            shown = in_mood(finding, would)
-            click.echo(shown.format(outcome.path), err=True)
+            click.echo(finding.format(outcome.path), err=True)
     if verbosity is Verbosity.VERBOSE:
         click.echo(f"{outcome.path}: {status_text(outcome.status, would)}", err=True)
 
 
-def in_mood(finding: Finding, would: bool) -> Finding:
-    """`finding` as reported: a change not written (`would`) in the conditional."""
+def in_reported_mood(outcome: FileOutcome, would: bool) -> FileOutcome:
+    """The outcome with its changes in the mood of what happened to the file, for every output
+    format: the conditional when nothing was written, with --check/--diff (`would`) or because
+    the file could not be written (a read-only file: failed, left as it was)."""
+    if not would and outcome.status is not Status.FAILED:
+        return outcome
+    return replace(outcome, findings=[_in_conditional(f) for f in outcome.findings])
+
+
+def _in_conditional(finding: Finding) -> Finding:
     code = lookup(finding.code)
-    if not would or code is None or code.severity is not Severity.CHANGE:
+    if code is None or code.severity is not Severity.CHANGE:
         return finding
     return replace(finding, message=conditional(finding.message))  # a CellFinding stays one
 
@@ -115,9 +122,11 @@ def runtime_hint(outcomes: Iterable[FileOutcome], would: bool) -> str | None:
     if not any(outcome.status is Status.CHANGED and module in outcome.after
                and module not in outcome.before for outcome in outcomes):
         return None
+    from amprewrite.install_source import install_command
+
     verb = "would import" if would else "now import"
     return (f"rewritten files {verb} amprewrite_runtime: where they train, run "
-            "`pip install 'amprewrite[runtime]'` (or rewrite with --plain for torch.amp only)")
+            f"`{install_command()}` (or rewrite with --plain for torch.amp only)")
 
 
 def status_text(status: Status, would: bool) -> str:

@@ -115,7 +115,10 @@ def test_a_missing_program_is_a_usage_error() -> None:
 def test_plot_without_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     result = _compare("--plot", "out.png", "--", sys.executable, "never-run.py")
-    assert result.exit_code == 2 and "pip install 'amprewrite[plot]'" in result.stderr
+    from amprewrite.install_source import install_command
+
+    assert result.exit_code == 2 and install_command("plot") in result.stderr
+    assert "[plot]'" in result.stderr
     assert "FP32 run" not in result.stderr  # refused before running anything
 
 
@@ -222,3 +225,35 @@ def test_the_amprewrite_command_dispatches_compare(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "amprewrite", "--check", "./compare"],
                          capture_output=True, text=True, cwd=tmp_path, check=False)
     assert run.returncode == 0 and "1 file would be left unchanged" in run.stderr
+
+
+NOTEBOOK = FIXTURES_DIR / "notebooks" / "split_cells"
+
+
+def test_compares_a_rewritten_notebook_named_alone(tmp_path: Path) -> None:
+    import nbformat
+
+    notebook = nbformat.read(NOTEBOOK / "expected_O1.ipynb", as_version=4)
+    notebook.cells.insert(0, nbformat.v4.new_code_cell("%matplotlib inline\n!echo kernel-only"))
+    notebook.cells.insert(1, nbformat.v4.new_code_cell("%%bash\necho not python"))
+    path = tmp_path / "train.ipynb"
+    nbformat.write(notebook, path)
+    result = _compare("--steps", "4", str(path))
+    assert result.exit_code == 0, result.output
+    assert _row(result.stdout, "opt level") == ["O0", "O1"]
+    assert _row(result.stdout, "steps") == ["4", "4"]
+    fp32_loss, amp_loss = map(float, _row(result.stdout, "final loss"))
+    assert amp_loss == pytest.approx(fp32_loss, rel=0.05)
+
+
+def test_a_notebook_run_in_a_kernel_is_refused_with_the_fix() -> None:
+    notebook = str(NOTEBOOK / "expected_O1.ipynb")
+    result = _compare("--", "jupyter", "nbconvert", "--execute", notebook)
+    assert result.exit_code == 2 and "a kernel catches the step cap's SystemExit" in result.stderr
+    assert f"run `amprewrite compare {notebook}` instead" in result.stderr
+
+
+def test_a_notebook_that_is_not_rewritten_is_refused_before_running() -> None:
+    result = _compare(str(NOTEBOOK / "input.ipynb"))
+    assert result.exit_code == 2 and "does not import amprewrite_runtime" in result.stderr
+    assert "FP32 run" not in result.stderr

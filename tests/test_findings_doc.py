@@ -26,7 +26,7 @@ def test_codes_are_distinct_and_declaring_one_again_fails() -> None:
     declared = codes()
     assert len(declared) == len({code.title for code in declared.values()})
     with pytest.raises(ValueError, match="AMP102 declared twice"):
-        catalog.declare("AMP102", catalog.CHANGE, "again", "twice")
+        catalog.declare("AMP102", catalog.CHANGE, "again", "twice", why="twice")
 
 
 def test_no_code_is_spelled_as_a_string_outside_its_declaration() -> None:

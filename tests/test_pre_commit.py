@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from amprewrite import __version__
 from tests.test_cli import TRAINING
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,6 +90,7 @@ def test_the_readme_configuration_works_as_documented(tmp_path: Path) -> None:
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     upstream = _upstream(tmp_path / "upstream")
+    _git(upstream, "tag", f"v{__version__}")  # as the release is tagged (CHANGELOG.md)
     configuration = _readme_configuration()
     assert configuration.count("<this repository's URL>") == 1
     user = tmp_path / "user"
@@ -111,7 +113,8 @@ def test_the_readme_configuration_works_as_documented(tmp_path: Path) -> None:
     pinned = pre_commit("autoupdate", "--freeze")
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr
     head = _git(upstream, "rev-parse", "HEAD")
-    assert f"rev: {head}" in (user / ".pre-commit-config.yaml").read_text()
+    assert f"rev: {head}  # frozen: v{__version__}" in (
+        user / ".pre-commit-config.yaml").read_text()
 
     _git(user, "add", ".pre-commit-config.yaml")
     result = pre_commit("run")  # the staged files, as on `git commit`

@@ -40,6 +40,7 @@ from amprewrite.analysis.sigmoid_outputs import SaturatingInput, saturating_inpu
 from amprewrite.analysis.stored_forwards import forwards_elsewhere
 from amprewrite.analysis.trainer_apis import TrainerApis, trainer_apis
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps, analyse_training
+from amprewrite.analysis.unguarded_forwards import forwards_without_no_grad
 from amprewrite.analysis.unsafe_losses import SplitRegions, split_unsafe_losses, unsafe_helpers
 
 if TYPE_CHECKING:
@@ -198,9 +199,18 @@ class ModuleAnalysis:
                 *gram_matrices(self.facts, self.kinds, self._regions),
                 *forwards_elsewhere(self.training_regions.regions, self.producer_regions.regions,
                                     self.facts, self.kinds),
-                *([] if self.escapes.stuck else forwards_left_fp32(
-                    self.facts, self.kinds, self.training, self._regions)),
-                *self.buffer_products]
+                *self._forwards_in_fp32, *self.buffer_products]
+
+    @cached_property
+    def _forwards_in_fp32(self) -> list[Note]:
+        """Forward passes no region covers: on the training path (AMP215), then the others
+        outside `no_grad` (AMP217), each once."""
+        if not self.training.found or self.escapes.stuck:
+            return []
+        on_path = forwards_left_fp32(self.facts, self.kinds, self.training, self._regions)
+        others = forwards_without_no_grad(self.facts, self.kinds, self._regions,
+                                          {id(note.node) for note in on_path})
+        return [*on_path, *others]
 
     @cached_property
     def buffer_products(self) -> list[Note]:

@@ -16,6 +16,8 @@ APEX_IMPORT_UNUSED = declare(
     "AMP145", SKIP, "apex.amp imported but never called",
     "apex (SyncBatchNorm, fused optimizers) does not make a script mixed precision: it is "
     "rewritten, not migrated; remove the unused `amp` import.",
+    why="apex.amp is imported but none of its functions is called.",
+    example="from apex import amp   # never called",
 )
 
 

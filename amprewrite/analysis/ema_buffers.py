@@ -27,6 +27,14 @@ BUFFER_PRODUCT = declare(
     "1e5), and a product with it under float16 autocast gives inf and NaN losses. Compute "
     "that product in float32 (`with autocast(enabled=False):` around it, `.float()` operands); "
     "bfloat16 has float32's range and is safe.",
+    why=(
+        "A buffer that the forward pass updates (an EMA codebook) is multiplied under "
+        "autocast."
+    ),
+    example=(
+        "codebook.mul_(decay).add_(update)   # a buffer the forward updates\n"
+        "d = z @ self.codebook.t()"
+    ),
 )
 
 _IN_PLACE = frozenset({"copy_", "mul_", "add_", "sub_", "div_", "lerp_", "fill_", "zero_",

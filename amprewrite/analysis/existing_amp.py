@@ -25,6 +25,14 @@ EVALUATION_ONLY_AUTOCAST = declare(
     "`no_grad`/`inference_mode`, or in an evaluation function the training step never calls): "
     "the training step is rewritten (with the author's dtype when every such autocast names the "
     "same one) and this region is kept as written, not wrapped twice.",
+    why=(
+        "The file's only autocast runs without gradients (evaluation), so the training "
+        "step is rewritten and that region kept."
+    ),
+    example=(
+        "with torch.no_grad(), torch.autocast(\"cuda\"):\n"
+        "    val_out = model(xv)   # kept; the training step gets its own region"
+    ),
 )
 
 _AMP_MODULES = (

@@ -33,6 +33,14 @@ FILL_NOT_FITTED = declare(
     "AMP142", SKIP, "fill value float16 cannot hold, not rewritten",
     "The filled tensor is not a plain name (or torch is not imported by name): assign it to a "
     "name and fill with `torch.finfo(name.dtype).min`.",
+    why=(
+        "A fill value float16 cannot hold fills a tensor that is not a plain name (or "
+        "torch is not imported by name), so `torch.finfo(x.dtype).min` cannot be written."
+    ),
+    example=(
+        "self.scores[mask] = -1e9\n"
+        "# write: scores = self.scores; scores[mask] = torch.finfo(scores.dtype).min"
+    ),
 )
 
 CONSTANT_OUT_OF_RANGE = declare(
@@ -40,6 +48,11 @@ CONSTANT_OUT_OF_RANGE = declare(
     "A clamp bound or epsilon below 6.1e-5 vanishes on a float16 tensor (`x.clamp(min=1e-8)` "
     "clamps at 0, `log` of it is -inf), a clamp bound above 65504 raises, a factor above 65504 "
     "overflows: compute it after `.float()` or pick a value float16 holds.",
+    why=(
+        "A constant outside float16's range (an epsilon below 6.1e-5, a bound or factor "
+        "above 65504) meets a value computed under autocast."
+    ),
+    example="y = torch.log(x.clamp(min=1e-8))   # 1e-8 is 0 in float16",
 )
 
 _FILL_METHODS = {"masked_fill": 1, "masked_fill_": 1, "fill_": 0, "new_full": 1}  # value's position

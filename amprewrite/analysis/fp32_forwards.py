@@ -25,6 +25,11 @@ FORWARD_LEFT_FP32 = declare(
     "that computes gradients of its own (an adversarial attack), in a function amprewrite "
     "cannot see into that is handed the model, or apart from the loss. It trains correctly, in "
     "float32; wrap it in `autocast()` if it should run in low precision too.",
+    why="A model runs outside every autocast region on the way to a scaled backward.",
+    example=(
+        "x_adv = attack(model, x)   # the model runs in FP32 inside the attack\n"
+        "loss = criterion(model(x_adv), y)"
+    ),
 )
 
 

@@ -34,6 +34,16 @@ OWN_BACKWARD_KEPT_OUT = declare(
     "An attack (FGSM/PGD), gradient penalty or meta-learning inner loop calls `.backward()` or "
     "`torch.autograd.grad` itself: the region is cut around the call, which runs in float32 with "
     "unscaled gradients.",
+    why=(
+        "A function that runs its own `.backward()` or `torch.autograd.grad` (an "
+        "attack, a gradient penalty) is called from the training step."
+    ),
+    example=(
+        "def fgsm(model, x, y):\n"
+        "    loss = criterion(model(x), y)\n"
+        "    loss.backward()\n"
+        "    return x + eps * x.grad.sign()"
+    ),
 )
 
 _NESTED_BLOCKS = (cst.For, cst.While, cst.With, cst.If)

@@ -28,6 +28,11 @@ GRAM_MATRIX = declare(
     "map: in float16 (largest value 65504) the entries overflow to inf and every step is "
     "skipped. Compute the product in float32, `with autocast(enabled=False): gram = "
     "torch.mm(f.float(), f.float().t())`; bfloat16 has float32's range and is safe.",
+    why=(
+        "A tensor is multiplied by its own transpose (a Gram matrix) inside an autocast "
+        "region."
+    ),
+    example="gram = torch.mm(features, features.t())   # in float16 the sums overflow",
 )
 
 _PRODUCTS = frozenset({"mm", "matmul", "bmm"})

@@ -14,12 +14,22 @@ MANUAL_CAST = declare(
     "AMP140", SKIP, "manual cast to a low-precision dtype",
     "apex's rule holds: never cast the model or inputs by hand under AMP; remove the cast and "
     "let autocast pick the precision per operation.",
+    why=(
+        "The script casts its model or inputs to float16/bfloat16 by hand "
+        "(`model.half()`, `x.to(torch.float16)`)."
+    ),
+    example=(
+        "model = model.half()\n"
+        "x = x.to(torch.float16)"
+    ),
 )
 
 AUTOGRAD_GRAD = declare(
     "AMP208", SKIP, "`torch.autograd.grad` in a training step",
     "Left unscaled: results stay correct, but float16 gradients may underflow. Scale the outputs "
     "and unscale the gradients as in the AMP recipe.",
+    why="The training step computes gradients with `torch.autograd.grad`.",
+    example="grads = torch.autograd.grad(loss, model.parameters())",
 )
 
 _LOW_PRECISION = {"torch.float16": "float16", "torch.half": "float16",

@@ -24,33 +24,68 @@ from amprewrite.catalog import LINT, declare
 STEP_BYPASSES_SCALER = declare(
     "AMP601", LINT, "optimizer step bypasses the grad scaler",
     "Fixed: `scaler.step(optimizer)`, so inf/NaN steps are skipped and gradients are unscaled.",
+    why=(
+        "A script that already uses a grad scaler steps an optimizer with "
+        "`optimizer.step()` after a scaled backward."
+    ),
+    example=(
+        "scaler.scale(loss).backward()\n"
+        "-optimizer.step()\n"
+        "+scaler.step(optimizer)"
+    ),
 )
 
 STEP_WITHOUT_UPDATE = declare(
     "AMP602", LINT, "`scaler.step` without `scaler.update`",
     "Fixed: `scaler.update()` after the last step, or the scale never adapts.",
+    why="A script steps through `scaler.step` but never calls `scaler.update()`.",
+    example=(
+        " scaler.step(optimizer)\n"
+        "+scaler.update()"
+    ),
 )
 
 CLIPPING_WITHOUT_UNSCALE = declare(
     "AMP603", LINT, "clipping without `unscale_`",
     "Fixed: `scaler.unscale_(optimizer)` before clipping, which otherwise acts on scaled "
     "gradients.",
+    why="A script clips scaled gradients without `scaler.unscale_(optimizer)` first.",
 )
 
 BACKWARD_IN_AUTOCAST = declare(
     "AMP604", LINT, "backward inside autocast",
     "Move `.backward()` after the `with autocast():` block (the AMP recipe).",
+    why="A script calls `.backward()` inside its `with autocast():` block.",
+    example=(
+        "-with autocast():\n"
+        "-    loss = criterion(model(x), y)\n"
+        "-    scaler.scale(loss).backward()\n"
+        "+with autocast():\n"
+        "+    loss = criterion(model(x), y)\n"
+        "+scaler.scale(loss).backward()"
+    ),
 )
 
 CHECKPOINT_WITHOUT_SCALER = declare(
     "AMP605", LINT, "checkpoint without the scaler's state",
     "Fixed: the scaler's `state_dict()` is saved next to the optimizer's.",
+    why="A script with a grad scaler saves a checkpoint without the scaler's state.",
+    example=(
+        "-torch.save({\"optimizer\": optimizer.state_dict()}, path)\n"
+        "+torch.save({\"optimizer\": optimizer.state_dict(), \"scaler\": "
+        "scaler.state_dict()}, path)"
+    ),
 )
 
 BCE_IN_AUTOCAST = declare(
     "AMP607", LINT, "binary cross-entropy inside autocast",
     "It raises on CUDA: use `BCEWithLogitsLoss`, or compute it outside the region on float32 "
     "inputs.",
+    why="A script computes binary cross-entropy inside its autocast region.",
+    example=(
+        "with autocast():\n"
+        "    loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)"
+    ),
 )
 
 HALF_CAST_NEXT_TO_SCALER = declare(
@@ -60,11 +95,22 @@ HALF_CAST_NEXT_TO_SCALER = declare(
     "amprewrite rewrote (its runtime's scaler, or the plain style's `amp_device`), a cast the "
     "rewrite left is reported as it reported it then (AMP140), so that `--check` agrees "
     "with the rewrite.",
+    why="A script with a grad scaler casts its model or inputs to half precision by hand.",
+    example=(
+        "scaler = torch.amp.GradScaler()\n"
+        "model = model.half()"
+    ),
 )
 
 UNSCALED_BACKWARD = declare(
     "AMP609", LINT, "unscaled backward in a script that scales",
     "Fixed: `scaler.scale(loss).backward()` (a backward added after the rewrite).",
+    why="A script that scales its losses has a backward that is not scaled.",
+    example=(
+        " scaler.scale(loss).backward()\n"
+        "-aux_loss.backward()\n"
+        "+scaler.scale(aux_loss).backward()"
+    ),
 )
 
 

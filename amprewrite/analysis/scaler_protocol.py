@@ -34,6 +34,17 @@ PROTOCOL_NOT_KEPT = declare(
     "Between two `scaler.update()`s an optimizer may be unscaled once and stepped once, and "
     "every path that unscaled or stepped must reach one `update()`. Restructure the loop so that "
     "one statement ends every step path (e.g. keep retries around forward and backward only).",
+    why=(
+        "The loop's paths cannot all keep the scaler's protocol: one unscale and one "
+        "step per optimizer between updates, and every stepping path reaching `update()`."
+    ),
+    example=(
+        "for retry in range(3):\n"
+        "    loss.backward()\n"
+        "    if ok():\n"
+        "        optimizer.step()\n"
+        "        break"
+    ),
 )
 
 GRADIENTS_WITHOUT_OPTIMIZER = declare(
@@ -41,6 +52,15 @@ GRADIENTS_WITHOUT_OPTIMIZER = declare(
     "A path reads or applies `.grad` after a scaled backward and no optimizer step of that path "
     "can unscale them (a manual SGD update): use a torch.optim optimizer on every path, or keep "
     "this step in FP32.",
+    why=(
+        "After a scaled backward, a path reads or applies `.grad` with no optimizer "
+        "step on it to unscale them (a manual update)."
+    ),
+    example=(
+        "loss.backward()\n"
+        "for p in model.parameters():\n"
+        "    p.data -= lr * p.grad   # a manual update"
+    ),
 )
 
 READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"

@@ -17,6 +17,11 @@ FORWARD_RUNS_ELSEWHERE = declare(
     "The loss is built from model outputs stored by other code (a rollout's `put_data`, a list "
     "filled elsewhere) that amprewrite cannot follow: the loss is scaled, but the model's "
     "forward runs in FP32. Wrap that forward in `autocast()` where it runs.",
+    why="The loss comes from model outputs stored by code the analysis cannot follow.",
+    example=(
+        "agent.put_data(model(state))\n"
+        "loss = agent.loss()   # built from what put_data stored"
+    ),
 )
 
 

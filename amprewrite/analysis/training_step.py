@@ -49,50 +49,98 @@ CLOSURE_STEP = declare(
     "AMP103", SKIP, "optimizer step with a closure cannot be loss-scaled",
     "A grad scaler cannot drive `step(closure)` (LBFGS and friends); the step and its closure "
     "run in FP32. Move the work out of the closure to use AMP.",
+    why=(
+        "The optimizer is stepped with a closure (`optimizer.step(closure)`), which a "
+        "grad scaler cannot drive."
+    ),
 )
 
 BACKWARD_WITHOUT_STEP = declare(
     "AMP201", SKIP, "backward without an optimizer step",
     "Gradients computed for another purpose (saliency, inspection) are left unscaled; if this is "
     "a training step, make its optimizer step visible.",
+    why=(
+        "A `.backward()` whose gradients no optimizer step in this file consumes "
+        "(saliency, inspection, or a step the analysis cannot see)."
+    ),
+    example=(
+        "saliency = model(x)[0, label]\n"
+        "saliency.backward()   # no optimizer step reads these gradients"
+    ),
 )
 
 UNKNOWN_STEP_RECEIVER = declare(
     "AMP202", SKIP, "`.step()` receiver not recognised as an optimizer",
     "If it is an optimizer, build it with torch.optim (or pass it in from where it is built) so "
     "the step can be routed through the scaler.",
+    why="`.step()` is called on something the analysis cannot tell is an optimizer.",
+    example="trainer.step()   # not recognised as an optimizer",
 )
 
 LOSS_COMPUTED_ELSEWHERE = declare(
     "AMP203", SKIP, "loss computed outside the function that calls backward",
     "Wrap the forward pass and loss computation in `autocast()` where they run.",
+    why=(
+        "The loss that is backpropagated is computed in another function, which the "
+        "rewrite cannot wrap from here."
+    ),
+    example=(
+        "loss = compute_loss(batch)   # computed in another function\n"
+        "loss.backward()"
+    ),
 )
 
 BACKWARD_IN_CLOSURE = declare(
     "AMP204", SKIP, "backward inside an optimizer closure",
     "The closure's step cannot be scaled, so its backward stays unscaled.",
+    why="`.backward()` runs inside an optimizer closure.",
 )
 
 STEP_WITHOUT_BACKWARD = declare(
     "AMP205", SKIP, "optimizer step without a backward pass in this file",
     "The step is left alone: no scaled loss reaches it from this file.",
+    why="An optimizer is stepped in this file but no backward pass in it reaches the step.",
+    example="optimizer.step()   # no backward in this file reaches it",
 )
 
 AUTOGRAD_BACKWARD = declare(
     "AMP206", SKIP, "`torch.autograd.backward` call",
     "Scale the tensors yourself: `torch.autograd.backward(scaler.scale(loss))`.",
+    why="`torch.autograd.backward(...)` is called instead of a loss's `.backward()`.",
+    example=(
+        "torch.autograd.backward(loss)\n"
+        "# write: torch.autograd.backward(scaler.scale(loss))"
+    ),
 )
 
 BACKWARD_WITH_ARGUMENT = declare(
     "AMP207", SKIP, "backward with a positional argument",
     "`x.backward(arg)` is a framework's backward (`accelerator.backward(loss)`) or passes a "
     "gradient; use the framework's own mixed-precision switch.",
+    why=(
+        "`.backward(...)` is called with a positional argument: a framework's backward "
+        "or an explicit gradient."
+    ),
+    example=(
+        "accelerator.backward(loss)\n"
+        "out.backward(grad_out)"
+    ),
 )
 
 OPTIMIZER_BOUND_ON_SOME_PATHS = declare(
     "AMP212", SKIP, "optimizer bound only on some paths",
     "The stepped optimizer is created inside a branch; the scaler calls would name it where it "
     "may not exist. Create it on every path.",
+    why=(
+        "The stepped optimizer is created inside a branch, so it may not exist on every "
+        "path the scaler calls would name it."
+    ),
+    example=(
+        "if args.sgd:\n"
+        "    optimizer = torch.optim.SGD(params)\n"
+        "...\n"
+        "optimizer.step()   # `optimizer` may be unbound"
+    ),
 )
 
 OPAQUE_CALL_ON_SCALED_GRADIENTS = declare(
@@ -101,6 +149,10 @@ OPAQUE_CALL_ON_SCALED_GRADIENTS = declare(
     "backward and step, but not once per optimizer step (outside a gradient-accumulation "
     "guard), so no `scaler.unscale_(optimizer)` can precede it: if it clips or reads `.grad`, "
     "move it inside the guard, after `scaler.unscale_(optimizer)`.",
+    why=(
+        "A call the analysis cannot see into runs between backward and step outside the "
+        "gradient-accumulation guard, where no `unscale_` can precede it."
+    ),
 )
 
 TWO_STEP_OPTIMIZER = declare(
@@ -109,6 +161,13 @@ TWO_STEP_OPTIMIZER = declare(
     "steps the base optimizer: a grad scaler can drive neither (`scaler.step` calls `step()`), "
     "so the step and its backward passes stay FP32. Unscale before `first_step` and step "
     "`optimizer.base_optimizer` through the scaler by hand to use AMP.",
+    why="A two-step optimizer (SAM: `first_step`/`second_step`) is used.",
+    example=(
+        "loss.backward()\n"
+        "optimizer.first_step(zero_grad=True)\n"
+        "criterion(model(x), y).backward()\n"
+        "optimizer.second_step()"
+    ),
 )
 
 BACKWARD_OF_NON_TENSOR = declare(
@@ -116,6 +175,11 @@ BACKWARD_OF_NON_TENSOR = declare(
     "`self.backward()` or `learner.backward()` is a training-loop object's own method (a "
     "fastai-style Learner, a trainer class), not a loss tensor's: it cannot be scaled. The "
     "tensor's backward inside that method is rewritten where amprewrite sees it.",
+    why=(
+        "`.backward()` is called on an object that is not a tensor (a trainer's or "
+        "Learner's own method)."
+    ),
+    example="learner.backward()   # a Learner's own method, not a tensor's",
 )
 
 

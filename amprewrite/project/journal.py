@@ -26,6 +26,14 @@ GROUP_COMPLETED = declare(
     "A run was killed while it renamed the rewritten files of one training step into place: "
     "this run renamed the rest (each only where it still held what that run read) before "
     "anything else, so the group is whole again.",
+    why=(
+        "An earlier run was killed while it renamed the rewritten files of one training "
+        "step into place, and left its journal in the project root."
+    ),
+    example=(
+        "$ amprewrite project   # killed (SIGKILL) between two renames\n"
+        "$ amprewrite project   # renames the rest first: AMP010"
+    ),
 )
 
 _PREFIX = ".amprewrite-journal-"

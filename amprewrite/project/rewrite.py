@@ -35,12 +35,22 @@ NEEDS_UNNAMED_FILE = declare(
     "among the files given, so nothing was changed: run amprewrite on both files, or on the "
     "directory. It fails the run (and the pre-commit hooks, which pass only the staged "
     "files) rather than leave a training step half rewritten.",
+    why="The training step continues in a project module that is not among the files given.",
+    example=(
+        "$ amprewrite main.py   # engine.py steps the optimizer main.py builds\n"
+        "# main.py:1:1: AMP450 ... run amprewrite on both files, or on the directory"
+    ),
 )
 
 LINKED_FILE_FAILED = declare(
     "AMP451", ERROR, "not rewritten: a linked file cannot be rewritten",
     "The files one training step spans are rewritten together or not at all: fix the file "
     "named in the message (its own finding says why) and run again.",
+    why="Another file of the same training step cannot be rewritten, so none of them is.",
+    example=(
+        "$ amprewrite project   # engine.py has a syntax error\n"
+        "# main.py:1:1: AMP451 not rewritten: a linked file cannot be rewritten"
+    ),
 )
 
 # Recipes that leave room for a project's links; any other (a migration, existing AMP, a

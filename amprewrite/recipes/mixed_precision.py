@@ -50,6 +50,7 @@ from amprewrite.rules import (
     unscaling,
 )
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.import_order import import_index
 from amprewrite.rules.styles import Needs, defer_to_initialize, plain_style, runtime_style
 from amprewrite.transform import Insert, Replace
 
@@ -155,16 +156,33 @@ def _global_index(analysis: ModuleAnalysis) -> int:
 def place_header(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     """The style's imports and module-level definitions, first among the inserts at their
     index (before any statement that index precedes)."""
-    header = [ctx.parse_statement(code) for code in ctx.style.imports]
+    header = []
     for position, code in enumerate(ctx.style.definitions):
         line = ctx.parse_statement(code)
         header.append(line.with_changes(leading_lines=[cst.EmptyLine()]) if position == 0 else line)
     index = ctx.facts.header_imports_end
     ctx.plan.inserts.insert(0, Insert(ctx.facts.module, index, header))
+    for position, code in enumerate(ctx.style.imports):
+        _insert_import(ctx, ctx.parse_statement(code), position)
     body = ctx.facts.module.body
     if index == 0 and body and isinstance(body[0], cst.FunctionDef | cst.ClassDef) and len(
             body[0].leading_lines) < 2:  # a file without imports: PEP 8's two lines
         ctx.plan.replaces.append(Replace(body[0], _two_blank_lines_before))
+
+
+def _insert_import(ctx: RuleContext, statement: cst.SimpleStatementLine, position: int) -> None:
+    """`statement` where isort would put it, first among the inserts at its index (in the
+    style's order); at the top of a section it takes over the section's blank lines."""
+    index, opens_section = import_index(ctx.facts, statement)
+    if opens_section:
+        opening = ctx.facts.module.body[index]
+        statement = statement.with_changes(leading_lines=opening.leading_lines)
+        ctx.plan.replaces.append(Replace(opening, _no_lines_before))
+    ctx.plan.inserts.insert(position, Insert(ctx.facts.module, index, [statement]))
+
+
+def _no_lines_before(node: cst.CSTNode) -> cst.CSTNode:
+    return node.with_changes(leading_lines=[])
 
 
 def _two_blank_lines_before(node: cst.CSTNode) -> cst.CSTNode:

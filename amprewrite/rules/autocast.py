@@ -12,11 +12,25 @@ from amprewrite.transform import Replace, Wrap
 FORWARD_WRAPPED = declare(
     "AMP101", CHANGE, "forward pass and loss wrapped in autocast",
     "Review that the region covers the forward pass and the loss only.",
+    why=(
+        "A training step's forward pass and loss (the statements a scaled backward "
+        "depends on) ran in FP32."
+    ),
 )
 
 EVALUATION_WRAPPED = declare(
     "AMP106", CHANGE, "evaluation forward pass wrapped in autocast",
     "Inference runs in the low-precision dtype as well.",
+    why=(
+        "An evaluation loop (under `torch.no_grad()`/`inference_mode()`, or a function "
+        "only evaluation calls) runs a model's forward pass."
+    ),
+    example=(
+        "model.eval()\n"
+        "with torch.no_grad():\n"
+        "    with autocast():\n"
+        "        out = model(x)"
+    ),
 )
 
 SHARED_HELPER_WRAPPED = declare(
@@ -24,6 +38,18 @@ SHARED_HELPER_WRAPPED = declare(
     "A helper computing the forward pass and loss for training and for other callers "
     "(evaluation, generator expressions, lambdas) runs them under autocast itself, so every use "
     "does; its callers are not wrapped again.",
+    why=(
+        "A helper computes the forward pass and the loss for the training step and is "
+        "also called from evaluation or other code."
+    ),
+    example=(
+        "def compute_loss(model, x, y):\n"
+        "    with autocast():\n"
+        "        return criterion(model(x), y)\n"
+        "\n"
+        "loss = compute_loss(model, x, y)       # training\n"
+        "val = compute_loss(model, xv, yv)      # evaluation"
+    ),
 )
 
 PRODUCER_WRAPPED = declare(
@@ -31,6 +57,18 @@ PRODUCER_WRAPPED = declare(
     "A loss built from values another function stored (`select_action` appending "
     "log-probabilities) gets its region around that function's forward pass, not around the "
     "arithmetic before the loss.",
+    why=(
+        "The loss is built from outputs another function computed and stored (appended "
+        "to a list, kept on `self`)."
+    ),
+    example=(
+        "def select_action(state):\n"
+        "    with autocast():\n"
+        "        probs = policy(state)\n"
+        "    log_probs.append(dist.log_prob(action))\n"
+        "\n"
+        "loss = -torch.stack(log_probs).sum()"
+    ),
 )
 
 

@@ -22,12 +22,17 @@ SCALER_STATE_SAVED = declare(
     "AMP120", CHANGE, "scaler state saved in the checkpoint",
     "Every dict carrying an optimizer's state that reaches `torch.save` or a save helper also "
     "carries the scaler's.",
+    why=(
+        "A checkpoint dict that carries an optimizer's state reaches `torch.save` or a "
+        "save helper."
+    ),
 )
 
 SCALER_STATE_RESTORED = declare(
     "AMP121", CHANGE, "scaler state restored from the checkpoint",
     "Restored only when the checkpoint has it, so checkpoints written before the rewrite still "
     "load.",
+    why="A checkpoint's optimizer state is restored, so the scaler's must be too.",
 )
 
 
@@ -37,6 +42,14 @@ OPTIMIZER_SAVED_ALONE = declare(
     "dict: save `scaler.state_dict()` the same way next to it and load it where the "
     "optimizer's is loaded (when the file exists), or a resumed float16 run starts again from "
     "the initial scale.",
+    why=(
+        "`torch.save(optimizer.state_dict(), path)` saves the optimizer's state in a "
+        "file of its own, where no scaler entry can be added."
+    ),
+    example=(
+        "torch.save(optimizer.state_dict(), \"opt.pt\")\n"
+        "# add: torch.save(scaler.state_dict(), \"scaler.pt\")"
+    ),
 )
 
 
@@ -47,6 +60,15 @@ SCALER_NOT_NAMED = declare(
     "list or comprehension. Save the scaler's state next to them (e.g. "
     "`trainer.scaler.state_dict()` when the object holding the optimizer holds the scaler) "
     "and restore it with them, or a resumed float16 run starts again from the initial scale.",
+    why=(
+        "An optimizer's state is saved where the scaler cannot be reached: the training "
+        "step is in another file, or the states sit in a list or comprehension."
+    ),
+    example=(
+        "# callbacks.py\n"
+        "torch.save({\"optimizer\": trainer.optimizer.state_dict()}, path)\n"
+        "# add \"scaler\": trainer.scaler.state_dict()"
+    ),
 )
 
 
@@ -99,7 +121,7 @@ def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
         assert isinstance(anchor, cst.Arg)
         new = anchor.with_changes(keyword=cst.Name(key), value=value)
     build = insert_after(container, anchor, new)
-    if too_long(ctx.facts, container, [new]):
+    if too_long(ctx.facts, container, [new], ctx.line_limit):
         build = one_per_line(build, ctx.facts.module.default_indent)
     ctx.plan.replaces.append(Replace(container, build))
 

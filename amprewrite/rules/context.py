@@ -53,6 +53,12 @@ class RuleContext:
         if self.names is None:
             self.names = FreshNames(self.facts.names)
 
+    @property
+    def line_limit(self) -> int:
+        """The columns added code may take: the project's configured line length, else the
+        file's own (`ModuleFacts.line_limit`)."""
+        return self.options.line_length or self.facts.line_limit
+
     def parse_statement(self, code: str) -> cst.SimpleStatementLine:
         statement = cst.parse_statement(code, config=self.facts.module.config_for_parsing)
         assert isinstance(statement, cst.SimpleStatementLine)

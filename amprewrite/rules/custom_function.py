@@ -22,6 +22,7 @@ FUNCTION_DECORATED = declare(
     "AMP150", CHANGE, "custom autograd Function decorated for autocast",
     "`custom_fwd`/`custom_bwd` make backward run with the forward's autocast state (float32 "
     "inputs where the forward needs them).",
+    why="A custom `torch.autograd.Function` is used in code that runs under autocast.",
 )
 
 

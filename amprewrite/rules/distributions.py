@@ -22,6 +22,7 @@ DISTRIBUTION_ARGUMENTS_CAST = declare(
     "`torch.distributions` checks its arguments (a simplex within 1e-6) and computes "
     "log-probabilities in the dtype it is given: under autocast its tensor arguments become "
     "`.float()`.",
+    why="`torch.distributions` is given tensors computed under autocast.",
 )
 
 

@@ -64,7 +64,9 @@ def append_arguments(new: Sequence[cst.Arg], comma_before: cst.Comma | None = No
     return build
 
 
-def append_in_layout(call: cst.Call, new: Sequence[cst.Arg], facts: ModuleFacts) -> Builder:
+def append_in_layout(
+    call: cst.Call, new: Sequence[cst.Arg], facts: ModuleFacts, limit: int
+) -> Builder:
     """A builder appending `new` to a call's arguments as the author lays them out: after the
     line break their arguments already continue on (each new one on its own line), else on
     the call's line, or one per line when that line would grow past the file's limit."""
@@ -73,7 +75,7 @@ def append_in_layout(call: cst.Call, new: Sequence[cst.Arg], facts: ModuleFacts)
     if broken is not None and call.args[-1].comma is cst.MaybeSentinel.DEFAULT:
         builders = [append_arguments([argument], broken) for argument in new]
         return lambda node: functools.reduce(lambda built, build: build(built), builders, node)
-    if too_long(facts, call, new):
+    if too_long(facts, call, new, limit):
         return one_per_line(append_arguments(new), facts.module.default_indent)
     return append_arguments(new)
 
@@ -161,9 +163,11 @@ def without(container: Container, item: cst.CSTNode) -> Builder:
     return build
 
 
-def too_long(facts: ModuleFacts, container: Container, added: Sequence[cst.CSTNode]) -> bool:
+def too_long(
+    facts: ModuleFacts, container: Container, added: Sequence[cst.CSTNode], limit: int
+) -> bool:
     """Whether adding `added` to a container on a one-line statement makes that line longer
-    than the file's line-length convention (`ModuleFacts.line_limit`)."""
+    than `limit` (the project's line length: `RuleContext.line_limit`)."""
     module = facts.module
     statement = facts.owner.get(id(container))
     if not isinstance(statement, cst.SimpleStatementLine):
@@ -173,7 +177,7 @@ def too_long(facts: ModuleFacts, container: Container, added: Sequence[cst.CSTNo
         return False  # a statement over several lines: its layout is the author's
     length = facts.indentation(statement) + len(line)
     length += sum(len(", " + module.code_for_node(node)) for node in added)
-    return length > facts.line_limit
+    return length > limit
 
 
 def one_per_line(build: Builder, indent: str) -> Builder:

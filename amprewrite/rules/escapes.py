@@ -23,12 +23,24 @@ CAST_AFTER_AUTOCAST = declare(
     "AMP112", CHANGE, "low-precision value cast back to float32 after autocast",
     "A tensor computed under autocast reaches code that needs float32 (`.numpy()`, numpy, a "
     "float32 model or matmul, a loss, an index assignment): `.float()` is added at that use.",
+    why=(
+        "A tensor computed under autocast is used after the region where float32 is "
+        "needed (`.numpy()`, numpy, a float32 model or matmul, a loss, an index assignment)."
+    ),
 )
 
 ESCAPE_NOT_CASTABLE = declare(
     "AMP133", SKIP, "low-precision values cannot be cast where they are used",
     "A container or starred argument carries autocast outputs to a float32 use: autocast is left "
     "out of the file. Cast with `.float()` where the tensors are produced and run again.",
+    why=(
+        "Values computed under autocast reach a float32 use through a container or a "
+        "starred argument, where no `.float()` can be added."
+    ),
+    example=(
+        "outputs = [model(x) for x in batch]\n"
+        "loss = float32_loss(*outputs)"
+    ),
 )
 
 

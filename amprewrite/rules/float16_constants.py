@@ -23,6 +23,10 @@ FILL_FITTED = declare(
     "`torch.where`, `x[mask] = -1e9`) on a tensor that is or may be float16 under autocast "
     'raises on CUDA ("value cannot be converted to type c10::Half without overflow"); '
     "`torch.finfo(x.dtype).min` is right in every dtype, float32 included.",
+    why=(
+        "A fill value such as `-1e9` that float16 cannot hold fills a tensor that may "
+        "be float16 under autocast."
+    ),
 )
 
 

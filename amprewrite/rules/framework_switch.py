@@ -57,18 +57,26 @@ FRAMEWORK_SWITCHED_ON = declare(
     "`fp16` section) own autocast and scaling: their switch is the whole rewrite. Without "
     "`--dtype`, the value is chosen at run time: bfloat16 where the machine has it (the CPU, "
     "CUDA compute capability 8.0 and newer), else float16.",
+    why=(
+        "The file builds an `Accelerator`, a Lightning `Trainer`/`Fabric`, Trainer arguments "
+        "(`TrainingArguments`, a TRL config) or a DeepSpeed config without a precision setting."
+    ),
 )
 
 FRAMEWORK_PRECISION_SET = declare(
     "AMP421", SKIP, "framework already sets its precision",
     "The `mixed_precision`/`precision`/`bf16`/`fp16` argument or the config's precision section "
     "is already given: left as is.",
+    why="The framework's precision argument or config section is already given.",
+    example="accelerator = Accelerator(mixed_precision=\"no\")   # left as is",
 )
 
 FRAMEWORK_OWNS_PRECISION = declare(
     "AMP422", NOTE, "framework owns precision elsewhere",
     "This file uses a framework whose trainer is built in another file: set mixed precision "
     "there (amprewrite does when it rewrites that file).",
+    why="The file uses a framework whose trainer is built in another file.",
+    example="# model.py: a LightningModule; the Trainer is built in train.py",
 )
 
 FRAMEWORK_SETTING_OUT_OF_SIGHT = declare(
@@ -76,6 +84,14 @@ FRAMEWORK_SETTING_OUT_OF_SIGHT = declare(
     "The Trainer's arguments come from the command line (`HfArgumentParser`) or a `**mapping`, "
     "or the DeepSpeed config from a JSON file or the command line: the finding says the flag or "
     "section to add there.",
+    why=(
+        "The Trainer's arguments or the DeepSpeed config are made where amprewrite cannot edit "
+        "them: `HfArgumentParser`, a `**mapping`, a JSON file, `--deepspeed_config`."
+    ),
+    example=(
+        "model_args, training_args = parser.parse_args_into_dataclasses()\n"
+        "# AMP423 `TrainingArguments` comes from the command line: pass `--bf16`"
+    ),
 )
 
 FRAMEWORK_BYPASSED = declare(
@@ -84,6 +100,11 @@ FRAMEWORK_BYPASSED = declare(
     "to the Accelerator, a Trainer subclass calling `backward` itself) is outside the "
     "framework's switch: it trains in FP32. Route it through the framework "
     "(`accelerator.backward(loss)`) to train it in mixed precision.",
+    why="A plain `loss.backward()` runs in a file whose framework owns precision.",
+    example=(
+        "warmup(model, loader, optimizer)   # loss.backward() inside: FP32\n"
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)"
+    ),
 )
 
 _PREFERS_BFLOAT16 = "prefers_bfloat16"  # the runtime's run-time choice
@@ -147,7 +168,7 @@ def _run_time_choice(ctx: RuleContext) -> str:
         return f"{local[_PREFERS_BFLOAT16]}()"
     torch = torch_name(ctx.facts)
     if torch is None:
-        ctx.style.imports.append("import torch")
+        ctx.style.imports.insert(0, "import torch")
     name = ctx.names.fresh(_PLAIN_CHOICE)
     ctx.style.definitions.append(f"{name} = {_plain_choice(torch or 'torch')}")
     return name
@@ -173,7 +194,7 @@ def _torch(ctx: RuleContext) -> str:
     assert ctx.style is not None
     torch = torch_name(ctx.facts)
     if torch is None and "import torch" not in ctx.style.imports:
-        ctx.style.imports.append("import torch")
+        ctx.style.imports.insert(0, "import torch")
     return torch or "torch"
 
 
@@ -218,10 +239,10 @@ def _append(ctx: RuleContext, container: cst.Call | cst.Dict,
             items: Sequence[cst.Arg | cst.DictElement]) -> None:
     if isinstance(container, cst.Call):
         build = append_in_layout(container, [i for i in items if isinstance(i, cst.Arg)],
-                                 ctx.facts)
+                                 ctx.facts, ctx.line_limit)
     else:
         build = append_entries([i for i in items if isinstance(i, cst.DictElement)])
-        if too_long(ctx.facts, container, items):
+        if too_long(ctx.facts, container, items, ctx.line_limit):
             build = one_per_line(build, ctx.facts.module.default_indent)
     ctx.plan.replaces.append(Replace(container, build))
 

@@ -36,12 +36,15 @@ FSDP_POLICY_ADDED = declare(
     "parameters all-gathered and computed in the low-precision dtype, gradients reduced in "
     "float32. Autocast stays around the forward pass and loss for the operations that need "
     "float32.",
+    why="The file trains a model wrapped by `fully_shard` or `FullyShardedDataParallel` at O1.",
 )
 
 FSDP_POLICY_SET = declare(
     "AMP225", SKIP, "FSDP wrap already chooses its mixed precision",
     "The wrap already passes a policy (`mp_policy`, `mixed_precision`) or a `**mapping` that may "
     "hold one: left as is. Autocast and the grad scaler are added as for any training step.",
+    why="The FSDP wrap already passes `mp_policy`/`mixed_precision`, or a `**mapping`.",
+    example="fully_shard(model, mp_policy=policy)   # left as is",
 )
 
 
@@ -51,7 +54,7 @@ def add_policies(ctx: RuleContext, wraps: list[ShardingWrap]) -> None:
     assert ctx.style is not None
     torch = torch_name(ctx.facts)
     if torch is None and "import torch" not in ctx.style.imports:
-        ctx.style.imports.append("import torch")
+        ctx.style.imports.insert(0, "import torch")
     imported: dict[str, str] = {}
     bound: dict[tuple[cst.FunctionDef | None, str], str] = {}
     for wrap in wraps:
@@ -67,8 +70,8 @@ def add_policies(ctx: RuleContext, wraps: list[ShardingWrap]) -> None:
             imported[wrap.policy_class] = policy
             bound[scope] = _bind_policy(ctx, wrap, policy, torch or "torch")
         argument = keyword(wrap.keyword, cst.Name(bound[scope]))
-        ctx.plan.replaces.append(Replace(wrap.call, append_in_layout(wrap.call, [argument],
-                                                                     ctx.facts)))
+        ctx.plan.replaces.append(Replace(wrap.call, append_in_layout(
+            wrap.call, [argument], ctx.facts, ctx.line_limit)))
         ctx.notes.append(Note(FSDP_POLICY_ADDED, wrap.call,
                               f"`{wrap.api}` gets `{wrap.keyword}={bound[scope]}`: parameters "
                               "gathered in low precision, gradients reduced in float32"))
@@ -86,7 +89,7 @@ def _bind_policy(ctx: RuleContext, wrap: ShardingWrap, policy: str, torch: str) 
     arguments = f"param_dtype={ctx.style.param_dtype}, reduce_dtype={torch}.float32"
     code = f"{name} = {policy}({arguments})"
     indent = ctx.facts.indentation(top)
-    if indent + len(code) > ctx.facts.line_limit:  # as black wraps it
+    if indent + len(code) > ctx.line_limit:  # as black wraps it
         inner = ctx.facts.module.default_indent
         code = f"{name} = {policy}(\n{inner}{arguments}\n)"  # lines indented as `top`
     ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(code)]))

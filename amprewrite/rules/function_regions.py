@@ -20,6 +20,10 @@ CAST_WHERE_LEAVING_AUTOCAST = declare(
     "AMP109", CHANGE, "low-precision value cast to float32 where it leaves autocast",
     "Passed to code that runs outside autocast (a function running its own backward) or that "
     "needs float32 (`torch.distributions` argument checks).",
+    why=(
+        "A value computed under autocast leaves the region for code that must see "
+        "float32 (a function running its own backward, `torch.distributions` checks)."
+    ),
 )
 
 

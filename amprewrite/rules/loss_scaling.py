@@ -21,16 +21,28 @@ if TYPE_CHECKING:
 BACKWARD_SCALED = declare(
     "AMP102", CHANGE, "backward pass scaled",
     "The loss is multiplied by the scale before backward.",
+    why=(
+        "A loss's `.backward()` feeds an optimizer step that the scaler drives, so the "
+        "loss must be scaled to keep small float16 gradients from underflowing."
+    ),
 )
 
 STEP_ROUTED = declare(
     "AMP104", CHANGE, "optimizer step routed through the scaler",
     "`scaler.step(optimizer)` unscales the gradients and skips inf/NaN steps.",
+    why=(
+        "An optimizer step follows a scaled backward: `scaler.step` must unscale the "
+        "gradients and skip steps with inf or NaN."
+    ),
 )
 
 UPDATE_ADDED = declare(
     "AMP105", CHANGE, "scaler update added",
     "`scaler.update()` runs once per iteration, after the last optimizer step.",
+    why=(
+        "The iteration steps an optimizer through the scaler, and the scale must adapt "
+        "once per iteration."
+    ),
 )
 
 

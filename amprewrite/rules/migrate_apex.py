@@ -27,24 +27,40 @@ APEX_FEATURE_DROPPED = declare(
     "AMP402", SKIP, "apex.amp feature without a native equivalent",
     "apex.amp is gone (removed from apex in 2025): remove the call; `num_losses` is dropped "
     "because one native scaler serves every loss.",
+    why=(
+        "An apex.amp feature has no native equivalent (`num_losses`, `amp.register_*`, "
+        "`amp.master_params` outside a migration)."
+    ),
+    example=(
+        "model, optimizer = amp.initialize(model, optimizer, num_losses=2)   # "
+        "num_losses dropped"
+    ),
 )
 
 APEX_INITIALIZE_MIGRATED = declare(
     "AMP410", CHANGE, "apex `amp.initialize` migrated",
     "A native `GradScaler` keeps the opt level and properties; `scaler.initialize(model, "
     "optimizer)` casts the model at O2/O3.",
+    why="The script calls apex's `amp.initialize`.",
 )
 
 APEX_SCALE_LOSS_MIGRATED = declare(
     "AMP411", CHANGE, "apex `amp.scale_loss` migrated",
     "`with amp.scale_loss(loss, optimizer) as s: s.backward()` is now "
     "`scaler.scale(loss).backward()`.",
+    why="The script scales its loss with apex's `amp.scale_loss`.",
 )
 
 APEX_STATE_MIGRATED = declare(
     "AMP412", CHANGE, "apex checkpoint state migrated",
     "`amp.state_dict()` entries are replaced by the scaler's state, saved next to the "
     "optimizer's; `amp.load_state_dict` by the scaler's restore.",
+    why="A checkpoint saves `amp.state_dict()` or restores it with `amp.load_state_dict`.",
+    example=(
+        "-checkpoint = {\"optimizer\": optimizer.state_dict(), \"amp\": amp.state_dict()}\n"
+        "+checkpoint = {\"optimizer\": optimizer.state_dict(), \"scaler\": "
+        "scaler.state_dict()}"
+    ),
 )
 
 _PROPERTIES = ("keep_batchnorm_fp32", "master_weights", "loss_scale")

@@ -24,6 +24,7 @@ CUDA_AMP_MIGRATED = declare(
     "AMP401", CHANGE, "deprecated `torch.cuda.amp` / `torch.cpu.amp` migrated",
     "Deprecated since torch 2.4: now `torch.amp` with the device type spelled out; every "
     "argument is kept (autocast's positional ones by keyword).",
+    why="The script uses `torch.cuda.amp` or `torch.cpu.amp`, deprecated since torch 2.4.",
 )
 
 # Positional parameters of the deprecated autocast constructors, which `torch.amp.autocast`
@@ -36,7 +37,7 @@ def migrate_cuda_amp(ctx: RuleContext, deprecated: DeprecatedAmp) -> None:
         ctx.plan.replaces.append(Replace(use.node, _migrated(use)))
         old = f"torch.{use.device}.amp.{use.name}"
         ctx.notes.append(Note(CUDA_AMP_MIGRATED, use.node,
-                              f"`{old}` is deprecated since torch 2.4: now "
+                              f"`{old}` (deprecated since torch 2.4) migrated to "
                               f"`torch.amp.{use.name}` with device type \"{use.device}\""))
     for statement in deprecated.imports:
         ctx.plan.replaces.append(Replace(statement, _import_from_torch_amp))

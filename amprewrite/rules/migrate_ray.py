@@ -24,6 +24,10 @@ RAY_AMP_MIGRATED = declare(
     "AMP430", CHANGE, "Ray Train's deprecated AMP helpers migrated",
     "`train.torch.accelerate(amp=True)`, `prepare_optimizer` and `train.torch.backward(loss)` "
     "give way to explicit native AMP.",
+    why=(
+        "The script uses Ray Train's deprecated AMP helpers (`accelerate(amp=True)`, "
+        "`prepare_optimizer`, `train.torch.backward`)."
+    ),
 )
 
 
@@ -91,8 +95,8 @@ def train_func(config):
 """,
         after="""\
 import torch
-from ray import train
 from amprewrite_runtime import GradScaler, autocast
+from ray import train
 
 
 def train_func(config):

@@ -14,6 +14,7 @@ from amprewrite.analysis.unscaling import Clip
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.line_wrapping import fitted_to_line
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
 
@@ -25,12 +26,20 @@ MODEL_INITIALIZED = declare(
     "AMP160", CHANGE, "model initialized for the opt level",
     "At O2/O3 `scaler.initialize(model, optimizer)` casts the model (batchnorm kept FP32 where "
     "asked), casts inputs at forward and creates master weights.",
+    why=(
+        "The opt level (O2/O3, fixed or chosen at run time) casts the model and creates "
+        "master weights."
+    ),
 )
 
 CLIPPING_ON_MASTER_WEIGHTS = declare(
     "AMP161", CHANGE, "clipping moved to the master weights",
     "With master weights the optimizer steps FP32 copies; clipping acts on them (apex's "
     "`amp.master_params(optimizer)`).",
+    why=(
+        "At O2/O3 with master weights, gradients are clipped on the model's parameters, "
+        "which the optimizer no longer steps."
+    ),
 )
 
 MODEL_NOT_INITIALIZED = declare(
@@ -38,6 +47,10 @@ MODEL_NOT_INITIALIZED = declare(
     "The optimizer's model is unknown, already wrapped by DDP/FSDP, or the optimizer is built "
     "in a file the rewrite did not link: call `scaler.initialize(model, optimizer)` by hand "
     "after it is built, before any wrapping (until then the model trains in float32).",
+    why=(
+        "At O2/O3 the model of an optimizer is unknown or already wrapped by "
+        "DDP/FSDP/DataParallel, or the optimizer is built in another file."
+    ),
 )
 
 _WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel")
@@ -65,11 +78,13 @@ def initialize_models(
         code = f"{ctx.scaler_expr}.initialize({arguments})"
         block, index = ctx.facts.position(statement)
         index = max(index + 1, home.index) if block is home.block else index + 1
-        ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(code)]))
-        level = ("the opt level it runs at, when O2 or O3" if ctx.level_at_run_time
-                 else ctx.options.opt_level)
-        ctx.notes.append(Note(MODEL_INITIALIZED, statement, f"`{code}` casts the model for "
-                              f"{level}"))
+        fitted = fitted_to_line(code, ctx.facts.indentation(statement),
+                                ctx.facts.module.default_indent, ctx.line_limit)
+        ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(fitted)]))
+        message = (f"model cast by `{code}` when the opt level it runs at is O2 or O3"
+                   if ctx.level_at_run_time else
+                   f"model cast for {ctx.options.opt_level} by `{code}`")
+        ctx.notes.append(Note(MODEL_INITIALIZED, statement, message))
 
 
 def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
@@ -84,7 +99,7 @@ def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
         ctx.plan.replaces.append(Replace(call.args[0].value, lambda _, new=masters: new))
         masters_code = f"{ctx.scaler_expr}.master_params({optimizer})"
         ctx.notes.append(Note(CLIPPING_ON_MASTER_WEIGHTS, call,
-                              "clipping applies to the float32 master weights "
+                              "clipping moved to the float32 master weights "
                               f"the optimizer steps (`{masters_code}`)"))
 
 

@@ -22,17 +22,31 @@ REPRODUCIBILITY_ENABLED = declare(
     "AMP501", CHANGE, "reproducibility enabled at the entry point",
     "`enable_reproducibility(seed)` seeds random, numpy and torch, and makes cuDNN and torch "
     "deterministic (see docs/reproducibility.md).",
+    why="`--reproducible` was given: the entry point gets the seeding call.",
 )
 
 LOADER_OUTSIDE_ENTRY = declare(
     "AMP502", SKIP, "training DataLoader outside the entry point",
     "Pass `generator=` and `worker_init_fn=` from `enable_reproducibility`'s result to it by "
     "hand.",
+    why=(
+        "`--reproducible` was given and a training DataLoader is built outside the "
+        "entry point, where its generator is not in reach."
+    ),
+    example=(
+        "def build_loader(ds):\n"
+        "    return DataLoader(ds, shuffle=True)   # pass generator= and "
+        "worker_init_fn= by hand"
+    ),
 )
 
 LOADER_SEEDED = declare(
     "AMP503", CHANGE, "shuffled DataLoader seeded",
     "Its shuffling and its workers' seeds now derive from the seed.",
+    why=(
+        "`--reproducible` was given and a shuffled DataLoader is built where the "
+        "seeding result is in reach."
+    ),
 )
 
 
@@ -44,8 +58,8 @@ def seed_everything(
     ctx.plan.inserts.append(Insert(entry.block, entry.index, [ctx.parse_statement(code)]))
     anchor = entry.block.body[min(entry.index, len(entry.block.body) - 1)]
     ctx.notes.append(Note(REPRODUCIBILITY_ENABLED, anchor,
-                          f"`{code}` seeds random, numpy and torch and makes "
-                          "cuDNN and torch deterministic"))
+                          f"`{code}` added at the entry point: it seeds random, numpy "
+                          "and torch and makes cuDNN and torch deterministic"))
     for site in loaders:
         if site.function is not entry.function or not _inside(entry, site, ctx):
             ctx.notes.append(Note(LOADER_OUTSIDE_ENTRY, site.call,

@@ -29,6 +29,7 @@ MIXED_PRECISION_REMOVED = declare(
     "O0 on a script amprewrite rewrote takes autocast, the scaler and its checkpoint entries out "
     "again: plain FP32 training. Only those: the author's statements on a line shared with "
     "them stay, and so do `autocast(enabled=False)` guards (amprewrite never writes one).",
+    why="`--opt-level O0` runs on a script amprewrite rewrote.",
 )
 
 

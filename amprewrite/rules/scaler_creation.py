@@ -9,6 +9,7 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.line_wrapping import fitted_to_line
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert
 
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
 SCALER_CREATED = declare(
     "AMP100", CHANGE, "grad scaler created",
     "One scaler serves every training step it can reach.",
+    why=(
+        "The rewrite scales a backward pass and needs one grad scaler for it: it is "
+        "created next to the optimizer it serves."
+    ),
 )
 
 _WHERE = {
@@ -33,8 +38,9 @@ def create_scaler(
 ) -> str | None:
     """Plan `scaler = GradScaler(...)`; one that belongs to the module header (a global right
     after the imports) is returned for the header instead."""
-    code = f"{home.expression} = {constructor}"
     body = home.block.body
+    code = fitted_to_line(f"{home.expression} = {constructor}", ctx.facts.indentation(body[0]),
+                   ctx.facts.module.default_indent, ctx.line_limit)
     anchor = body[min(home.index, len(body)) - 1] if home.index > 0 else body[0]
     ctx.notes.append(Note(SCALER_CREATED, anchor,
                           f"grad scaler `{home.expression}` created {_WHERE[home.scope]}"))

@@ -24,12 +24,30 @@ SCALER_PARAMETER = declare(
     "A function (or class) using an optimizer it is given by another module also receives "
     "the scaler: `scaler=None`, a new one when a caller passes none. Its callers in the "
     "project pass theirs.",
+    why=(
+        "A function or class in another module steps, saves or restores an optimizer it "
+        "is given, so it needs the scaler too."
+    ),
+    example=(
+        "# engine.py\n"
+        "-def train_one_epoch(model, optimizer, loader):\n"
+        "+def train_one_epoch(model, optimizer, loader, scaler=None):"
+    ),
 )
 
 SCALER_PASSED = declare(
     "AMP124", CHANGE, "grad scaler passed to another module",
     "A call handing an optimizer to a function or class of another module that steps, saves "
     "or restores it passes the scaler too.",
+    why=(
+        "A call hands an optimizer to a function or class of another module that steps, "
+        "saves or restores it."
+    ),
+    example=(
+        "# main.py\n"
+        "-train_one_epoch(model, optimizer, loader)\n"
+        "+train_one_epoch(model, optimizer, loader, scaler=scaler)"
+    ),
 )
 
 
@@ -38,6 +56,12 @@ SCALER_INHERITED = declare(
     "A class stepping the optimizer its base class stores uses the base's `self.scaler`, "
     "created in the base's `__init__` next to the optimizer (before a resume there), and "
     "saved and restored with the base's checkpoints.",
+    why="A class steps an optimizer that its base class, in another module, builds and stores.",
+    example=(
+        "# base_trainer.py: class BaseTrainer builds self.optimizer\n"
+        "+        self.scaler = GradScaler()\n"
+        "# trainer.py: class Trainer(BaseTrainer) steps it through self.scaler"
+    ),
 )
 
 
@@ -49,7 +73,7 @@ def receive_scaler(ctx: RuleContext, parameter: ScalerParameter, in_class: bool)
     opening = indent + len(f"def {function.name.value}(")
     params = ctx.facts.module.code_for_node(function.params)
     added = f", {name}=None"
-    wrap = "\n" not in params and opening + len(params + added) + 2 > ctx.facts.line_limit
+    wrap = "\n" not in params and opening + len(params + added) + 2 > ctx.line_limit
     ctx.plan.replaces.append(Replace(function.params, append_parameter(
         name, cst.Name("None"), _aligned_break(opening - indent) if wrap else None)))
     if not in_class and ctx.style is not None and isinstance(function.body, cst.IndentedBlock):
@@ -93,11 +117,11 @@ def _wrapping_comma(ctx: RuleContext, call: cst.Call, added: int) -> cst.Comma |
     if isinstance(layout, cst.ParenthesizedWhitespace):  # `f(\n    a, b\n)`
         lines = text.splitlines()
         last_line = lines[-2] if len(lines) > 1 and lines[-1].strip() == ")" else lines[-1]
-        fits = indent + len(last_line.rstrip(")")) + added <= ctx.facts.line_limit
+        fits = indent + len(last_line.rstrip(")")) + added <= ctx.line_limit
         return None if fits else cst.Comma(whitespace_after=layout)
     line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
     start = line.find(text)
-    if "\n" in line or start < 0 or indent + len(line) + added <= ctx.facts.line_limit:
+    if "\n" in line or start < 0 or indent + len(line) + added <= ctx.line_limit:
         return None
     return _aligned_break(start + len(module.code_for_node(call.func)) + 1)
 

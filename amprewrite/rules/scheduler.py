@@ -21,6 +21,7 @@ SCHEDULER_GUARDED = declare(
     "AMP111", CHANGE, "LR scheduler guarded against skipped steps",
     "A scheduler stepped in the same iteration as the optimizer only steps when the scaler did "
     "not skip the optimizer step (pytorch issue 55585).",
+    why="An LR scheduler is stepped in the same iteration as an optimizer the scaler may skip.",
 )
 
 

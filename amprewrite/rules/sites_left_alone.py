@@ -25,6 +25,7 @@ from amprewrite.analysis.training_step import (
     TWO_STEP_OPTIMIZER,
     UNKNOWN_STEP_RECEIVER,
 )
+from amprewrite.analysis.unguarded_forwards import FORWARD_WITHOUT_NO_GRAD
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.registry import Example, rule
 
@@ -75,8 +76,8 @@ for i, (x, y) in enumerate(loader):
 """,
         after="""\
 import torch
-from utils import average_gradients
 from amprewrite_runtime import GradScaler, autocast
+from utils import average_gradients
 
 model = torch.nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -103,7 +104,7 @@ RULE = rule(
      OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
      GRADIENTS_WITHOUT_OPTIMIZER, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST,
      APEX_IMPORT_UNUSED, GRAM_MATRIX, BACKWARD_OF_NON_TENSOR, FORWARD_LEFT_FP32,
-     TWO_STEP_OPTIMIZER, BUFFER_PRODUCT),
+     TWO_STEP_OPTIMIZER, BUFFER_PRODUCT, FORWARD_WITHOUT_NO_GRAD),
     _plan,
     examples=_SITES_LEFT_ALONE_EXAMPLES,
 )

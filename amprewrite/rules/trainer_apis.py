@@ -28,11 +28,17 @@ TRAINER_SCALER_ADDED = declare(
     "Determined: `self.scaler = context.wrap_scaler(GradScaler())`, scaled `context.backward`, "
     "`step_optimizer(..., scaler=...)`, `update()`. Enchanter: `runner.scaler = GradScaler()` "
     "(custom runners: in `__init__`).",
+    why="A Determined trial or an Enchanter runner trains without a grad scaler.",
 )
 
 TRAINER_WITHOUT_INIT = declare(
     "AMP441", SKIP, "trainer class without `__init__`",
     "The grad scaler must be created once per trainer: add an `__init__`.",
+    why="A trainer class that needs a grad scaler has no `__init__` to create it in.",
+    example=(
+        "class Trial(PyTorchTrial):   # no __init__ to create the scaler in\n"
+        "    def train_batch(self, batch, epoch_idx, batch_idx): ..."
+    ),
 )
 
 
@@ -45,8 +51,8 @@ def adopt_trainer_apis(ctx: RuleContext, apis: TrainerApis, torch: str) -> None:
         code = f"{runner.keys[0]}.{name} = {torch}.amp.GradScaler()"
         block, index = ctx.facts.position(runner.statement)
         ctx.plan.inserts.append(Insert(block, index + 1, [ctx.parse_statement(code)]))
-        ctx.notes.append(Note(TRAINER_SCALER_ADDED, runner.statement, f"Enchanter runner: `{code}` "
-                              "switches its mixed precision on"))
+        ctx.notes.append(Note(TRAINER_SCALER_ADDED, runner.statement, "Enchanter runner: mixed "
+                              f"precision switched on by `{code}`"))
 
 
 def _adopt_class(ctx: RuleContext, trainer: TrainerClass, scaler: str, torch: str) -> None:

@@ -28,12 +28,25 @@ BCE_MOVED_OUT = declare(
     "AMP130", CHANGE, "binary cross-entropy moved out of autocast",
     "`nn.BCELoss`/`F.binary_cross_entropy` raise under CUDA autocast; they now run after the "
     "autocast block on float32 inputs. Prefer `BCEWithLogitsLoss`.",
+    why=(
+        "`nn.BCELoss` or `F.binary_cross_entropy` would run inside an autocast region, "
+        "where CUDA autocast raises."
+    ),
 )
 
 SIGMOID_FEEDS_BCE = declare(
     "AMP132", SKIP, "sigmoid output fed to binary cross-entropy",
     "Probabilities from a sigmoid computed in bfloat16/float16 round to 1.0 and the loss jumps; "
     "drop the model's final sigmoid and use `BCEWithLogitsLoss`.",
+    why=(
+        "Probabilities from a sigmoid computed under autocast feed binary "
+        "cross-entropy, and cannot be made float32 where they are produced."
+    ),
+    example=(
+        "probs = torch.sigmoid(model(x))\n"
+        "loss = F.binary_cross_entropy(probs, y)\n"
+        "# use logits and BCEWithLogitsLoss"
+    ),
 )
 
 SIGMOID_INPUT_CAST = declare(
@@ -42,6 +55,7 @@ SIGMOID_INPUT_CAST = declare(
     "its own) whose probabilities feed binary cross-entropy: its input becomes `.float()`, so "
     "probabilities near 1 keep their precision instead of rounding to 1.0 in bfloat16/float16. A "
     "sigmoid that is the last layer of an `nn.Sequential` is reported instead (AMP132).",
+    why="A model's forward ends in a sigmoid whose probabilities feed binary cross-entropy.",
 )
 
 

@@ -23,6 +23,10 @@ GRADIENTS_UNSCALED = declare(
     "`scaler.unscale_(optimizer)` runs once per step, before the first code between backward and "
     "step that clips or reads `.grad`, or that amprewrite cannot see into (a helper from another "
     "module, a star import or a library) and is handed the model or the optimizer.",
+    why=(
+        "Code between the scaled backward and the optimizer step clips or reads "
+        "`.grad`, or may do so unseen, and would otherwise see scaled gradients."
+    ),
 )
 
 
@@ -101,8 +105,8 @@ for x, y in loader:
 """,
         after="""\
 import torch
-from utils import *
 from amprewrite_runtime import GradScaler, autocast
+from utils import *
 
 model = torch.nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -1,0 +1,60 @@
+"""`amprewrite --explain AMP212` (as `ruff rule`): a finding code's title, why it fires, what
+to do and an example, from the catalog (the declaration's text, or its rule's examples)."""
+
+from __future__ import annotations
+
+import difflib
+import textwrap
+
+import click
+
+from amprewrite.catalog import Code, codes, example_diff
+
+
+def explanation(code: Code) -> str:
+    """The text `--explain` prints for `code`."""
+    wrap = textwrap.TextWrapper(width=88)
+    return "\n".join([
+        f"{code.id} ({code.severity.value}): {code.title}",
+        "",
+        *wrap.wrap(f"Why it fires: {code.why}"),
+        "",
+        *wrap.wrap(f"What to do: {code.advice}"),
+        "",
+        "Example:",
+        "",
+        textwrap.indent(example(code), "    ", lambda _: True),
+    ])
+
+
+def example(code: Code) -> str:
+    """The code's own example, else the shortest example of the rules that declare it, as a
+    diff (or the source it leaves as it is)."""
+    if code.example is not None:
+        return code.example
+    from amprewrite.rules.registry import all_rules
+
+    shown = min((e for rule in all_rules().values() if code in rule.codes
+                 for e in rule.examples if code in e.codes),
+                key=lambda e: len(e.before), default=None)
+    if shown is None:
+        raise LookupError(f"{code.id} has no example: give its declaration one")
+    if shown.after is None:
+        return shown.before.rstrip("\n") + "\n# left as it is"
+    return "\n".join(example_diff(shown.before, shown.after))
+
+
+def explain_option(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
+    """The eager `--explain CODE` option: print the explanation and exit, or exit 2 naming the
+    codes it resembles."""
+    if value is None or ctx.resilient_parsing:
+        return
+    known = codes()
+    code = known.get(value.strip().upper())
+    if code is None:
+        close = difflib.get_close_matches(value.strip().upper(), known, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else (
+            " (docs/findings.md lists every code)")
+        raise click.BadParameter(f"no finding code {value!r}{hint}", ctx, param_hint="--explain")
+    click.echo(explanation(code))
+    ctx.exit(0)

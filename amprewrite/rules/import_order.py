@@ -1,0 +1,88 @@
+"""Where an added import goes: where isort (and ruff's `I` rules) would put it.
+
+A training script's imports are grouped in sections (standard library, third party, first
+party, local) separated by blank lines, each sorted. An added third-party import
+(`from amprewrite_runtime import ...`, `from torch... import ...`) belongs to the section that
+imports torch, at its sorted place there: straight imports before `from` imports (isort's and
+ruff's default), or one list by module name (`force_sort_within_sections`), whichever the
+section already follows. A file whose imports follow neither, or that does not import torch,
+gets it after its last import, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+
+from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.names import dotted
+
+SortKey = tuple[object, ...]
+
+
+def _by_type(module: str, is_from: bool) -> SortKey:
+    return (is_from, module.lower())
+
+
+def _by_module(module: str, is_from: bool) -> SortKey:
+    return (module.lower(), is_from)
+
+
+_ORDERS: tuple[Callable[[str, bool], SortKey], ...] = (_by_type, _by_module)
+
+
+def import_index(facts: ModuleFacts, statement: cst.SimpleStatementLine) -> tuple[int, bool]:
+    """The index of `facts.module.body` to insert `statement` (one import) before, and whether
+    it opens its section there (and must take over the blank lines above the section)."""
+    added = _imported(statement)
+    section = next((s for s in _sections(facts) if any(
+        module == "torch" or module.startswith("torch.") for module, _ in map(_imported, s))),
+        None)
+    if added is None or section is None:
+        return facts.header_imports_end, False
+    first = _index(facts.module.body, section[0])
+    for order in _ORDERS:
+        keys = [order(*_imported(s)) for s in section]  # type: ignore[misc]
+        if keys == sorted(keys):
+            before = sum(key <= order(*added) for key in keys)
+            return first + before, before == 0 and _blank_above(section[0])
+    return facts.header_imports_end, False
+
+
+def _sections(facts: ModuleFacts) -> list[list[cst.SimpleStatementLine]]:
+    """The runs of plain import lines among the leading imports, split at blank lines."""
+    sections: list[list[cst.SimpleStatementLine]] = []
+    previous_was_import = False
+    for statement in facts.module.body[:facts.header_imports_end]:
+        if not isinstance(statement, cst.SimpleStatementLine) or _imported(statement) is None:
+            previous_was_import = False
+            continue
+        if not previous_was_import or _blank_above(statement):
+            sections.append([])
+        sections[-1].append(statement)
+        previous_was_import = True
+    return sections
+
+
+def _imported(statement: cst.BaseStatement) -> tuple[str, bool] | None:
+    """(module, is a `from` import) of a line holding one import; None otherwise."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Import):
+        return dotted(small.names[0].name) or "", False
+    if isinstance(small, cst.ImportFrom):
+        module = dotted(small.module) if small.module is not None else ""
+        return "." * len(small.relative) + (module or ""), True
+    return None
+
+
+def _blank_above(statement: cst.BaseStatement) -> bool:
+    leading = getattr(statement, "leading_lines", ())
+    return any(line.comment is None for line in leading)
+
+
+def _index(body: tuple[cst.BaseStatement, ...] | list[cst.BaseStatement],
+           statement: cst.BaseStatement) -> int:
+    return next(i for i, s in enumerate(body) if s is statement)
