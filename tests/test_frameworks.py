@@ -175,3 +175,31 @@ def test_fsdp_gets_no_policy_at_o2() -> None:
         imports="import torch\nfrom torch.distributed.fsdp import fully_shard",
         wrap="fully_shard(model)"), opt_level="O2")
     assert "MixedPrecisionPolicy" not in output and "AMP114" not in findings
+
+
+def test_fsdp2_model_upkeep_is_not_taken_for_forward_passes() -> None:
+    """Materialising, resetting, unsharding, checkpointing and inspecting the model on the
+    training path run no forward pass: no AMP215 (pytorch/examples' FSDP2 example)."""
+    source = '''\
+import torch
+from torch.distributed.fsdp import fully_shard
+
+with torch.device("meta"):
+    model = Transformer(args)
+fully_shard(model)
+inspect_model(model)
+model.to_empty(device=device)
+model.reset_parameters()
+optim = torch.optim.Adam(model.parameters(), lr=1e-2)
+checkpointer.load_optim(model, optim)
+for _ in range(10):
+    model.unshard()
+    loss = model(x).sum()
+    loss.backward()
+    optim.step()
+    optim.zero_grad()
+checkpointer.save(model, optim)
+'''
+    output, findings = _rewrite(source)
+    assert "AMP215" not in findings, findings
+    assert "scaler.scale(loss).backward()" in output

@@ -51,7 +51,8 @@ def forwards_left_fp32(
                                   f"`{facts.one_line(site.call.func)}(...)` runs outside "
                                   "autocast on the training path and stays FP32"))
         elif ((model := _model_handed_to(site, facts, kinds)) is not None
-              and not _builds(site.call) and kinds.kind_of_value(site.call) is None):
+              and not _builds(site.call) and not _keeps(site.call)
+              and kinds.kind_of_value(site.call) is None):
             # (not `prepare_model(model)` or `Trainer(model, ...)`: they wrap or build)
             notes.append(Note(FORWARD_LEFT_FP32, site.call,
                               f"`{facts.one_line(site.call.func)}(...)` is handed the model "
@@ -66,10 +67,23 @@ def _builds(call: cst.Call) -> bool:
 
 
 def _maintenance(call: cst.Call) -> bool:
-    """A model method that touches gradients or state, not a forward pass
-    (`model.clip_grad_norm_(1.0)` of FSDP, `model.load_state_dict(...)`)."""
+    """A model method that touches gradients, state, placement or sharding, not a forward
+    pass (`model.clip_grad_norm_(1.0)` of FSDP, `model.load_state_dict(...)`,
+    `model.to_empty(device=...)`, FSDP2's `model.unshard()`)."""
     method = call.func.attr.value if isinstance(call.func, cst.Attribute) else ""
-    return any(part in method for part in ("grad", "clip", "state", "buffer", "hook"))
+    return method.startswith("set_") or any(part in method for part in _MAINTENANCE)
+
+
+_MAINTENANCE = ("grad", "clip", "state", "buffer", "hook", "reset", "shard", "empty",
+                "register", "named_", "parameters", "modules", "children", "prefetch")
+# Callees handed the model that keep or show it rather than run it.
+_KEEPERS = ("save", "load", "checkpoint", "inspect", "print", "summary", "count")
+
+
+def _keeps(call: cst.Call) -> bool:
+    """`checkpointer.save(model, optim)`, `inspect_model(model)`: by the callee's name."""
+    name = (dotted(call.func) or "").rsplit(".", 1)[-1].lower()
+    return any(part in name for part in _KEEPERS)
 
 
 def _covered(regions: list[Region]) -> set[int]:
