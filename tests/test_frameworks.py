@@ -184,21 +184,23 @@ def test_fsdp2_model_upkeep_is_not_taken_for_forward_passes() -> None:
 import torch
 from torch.distributed.fsdp import fully_shard
 
-with torch.device("meta"):
-    model = Transformer(args)
-fully_shard(model)
-inspect_model(model)
-model.to_empty(device=device)
-model.reset_parameters()
-optim = torch.optim.Adam(model.parameters(), lr=1e-2)
-checkpointer.load_optim(model, optim)
-for _ in range(10):
-    model.unshard()
-    loss = model(x).sum()
-    loss.backward()
-    optim.step()
-    optim.zero_grad()
-checkpointer.save(model, optim)
+
+def main(args, x, device):
+    with torch.device("meta"):
+        model = Transformer(args)
+    fully_shard(model)
+    inspect_model(model)
+    model.to_empty(device=device)
+    model.reset_parameters()
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2)
+    checkpointer.load_optim(model, optim)
+    for _ in range(10):
+        model.unshard()
+        loss = model(x).sum()
+        loss.backward()
+        optim.step()
+        optim.zero_grad()
+    checkpointer.save(model, optim)
 '''
     output, findings = _rewrite(source)
     assert "AMP215" not in findings, findings
