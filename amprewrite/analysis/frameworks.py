@@ -90,7 +90,7 @@ def switch_kinds() -> list[ValueSwitch | FlagSwitch]:
 
 
 _DEEPSPEED_CONFIG_KEYWORDS = ("config", "config_params")
-_ARGUMENT_PARSER = "transformers.HfArgumentParser"
+_ARGUMENT_PARSERS = frozenset({"transformers.HfArgumentParser", "trl.TrlParser"})
 COMMAND_LINE = "comes from the command line"
 
 
@@ -140,9 +140,9 @@ def framework_settings(facts: ModuleFacts, trains_a_loop: Callable[[], bool]) ->
             found = _deepspeed_switch(site, facts)
             if found is not None:
                 (hidden if isinstance(found, HiddenSetting) else switches).append(found)
-        elif name == _ARGUMENT_PARSER and _parses_training_arguments(site.call, facts, configs):
-            hidden.append(HiddenSetting(site.call, "`TrainingArguments`",
-                                        COMMAND_LINE, _HF_FLAGS))
+        elif name in _ARGUMENT_PARSERS and (
+                parsed := _parsed_training_arguments(site.call, facts, configs)):
+            hidden.append(HiddenSetting(site.call, f"`{parsed}`", COMMAND_LINE, _HF_FLAGS))
     framework = _owner(facts)
     if framework is None and any(isinstance(s.switch, FlagSwitch) for s in [*switches, *hidden]
                                  ) and not trains_a_loop():
@@ -152,21 +152,21 @@ def framework_settings(facts: ModuleFacts, trains_a_loop: Callable[[], bool]) ->
     return FrameworkSettings(framework, switches, hidden)
 
 
-def _parses_training_arguments(
+def _parsed_training_arguments(
     call: cst.Call, facts: ModuleFacts, configs: dict[str, str]
-) -> bool:
-    """`HfArgumentParser((ModelArguments, TrainingArguments))`: one of its dataclasses is a
-    Trainer's arguments."""
+) -> str | None:
+    """`HfArgumentParser((ModelArguments, TrainingArguments))`: the name of the dataclass that
+    is a Trainer's arguments, if one is."""
     if not call.args:
-        return False
+        return None
     value = call.args[0].value
     classes = [e.value for e in value.elements] if isinstance(value, cst.Tuple | cst.List) else [
         value]
     for node in classes:
         name = _qualified(node, facts)
         if isinstance(_CONSTRUCTORS.get(name), FlagSwitch) or name in configs:
-            return True
-    return False
+            return name.rsplit(".", 1)[-1]
+    return None
 
 
 def _owner(facts: ModuleFacts) -> str | None:
