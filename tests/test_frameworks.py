@@ -205,3 +205,28 @@ def main(args, x, device):
     output, findings = _rewrite(source)
     assert "AMP215" not in findings, findings
     assert "scaler.scale(loss).backward()" in output
+
+
+def test_deepspeed_config_returned_by_a_function_of_the_module_is_edited() -> None:
+    """`config=get_ds_config(args)` (DeepSpeedExamples' cifar10): the dict it returns."""
+    source = '''\
+import deepspeed
+
+
+def get_ds_config(args):
+    ds_config = {
+        "train_batch_size": 16,
+        "zero_optimization": {"stage": args.stage},
+    }
+    return ds_config
+
+
+def main(args, model):
+    ds_config = get_ds_config(args)
+    engine, _, _, _ = deepspeed.initialize(model=model, config=ds_config)
+'''
+    output, findings = _rewrite(source, dtype="bfloat16")
+    assert '''        "zero_optimization": {"stage": args.stage},
+        "bf16": {"enabled": True},
+    }''' in output
+    assert "AMP420 the DeepSpeed config owns precision" in findings

@@ -225,8 +225,10 @@ def _deepspeed_switch(
     config = next((a.value for a in site.call.args if a.keyword is not None
                    and a.keyword.value in _DEEPSPEED_CONFIG_KEYWORDS), None)
     if isinstance(config, cst.Name):
-        bound = _single_binding(config.value, site, facts)
+        bound = _single_binding(config.value, site.function, facts)
         config = bound.value if bound is not None else config
+    if isinstance(config, cst.Call):  # `config=get_ds_config(args)`, built in this module
+        config = _returned_dict(config, facts) or config
     if isinstance(config, cst.Dict):
         current = next((e for e in config.elements if isinstance(e, cst.DictElement)
                         and _string(e.key) in _DEEPSPEED_PRECISION_KEYS), None)
@@ -240,14 +242,36 @@ def _deepspeed_switch(
     return HiddenSetting(config or site.call, "the DeepSpeed config", where, DEEPSPEED_SECTIONS)
 
 
-def _single_binding(name: str, site: CallSite, facts: ModuleFacts) -> Binding | None:
-    """The one assignment of `name` in the call's function, else in the module when the
-    function assigns it nowhere."""
-    for function in dict.fromkeys((site.function, None)):
-        bindings = [b for b in facts.bindings if b.keys == (name,) and b.function is function]
+def _single_binding(
+    name: str, function: cst.FunctionDef | None, facts: ModuleFacts
+) -> Binding | None:
+    """The one assignment of `name` in `function`, else in the module when the function
+    assigns it nowhere."""
+    for scope in dict.fromkeys((function, None)):
+        bindings = [b for b in facts.bindings if b.keys == (name,) and b.function is scope]
         if bindings:
             return bindings[0] if len(bindings) == 1 else None
     return None
+
+
+def _returned_dict(call: cst.Call, facts: ModuleFacts) -> cst.Dict | None:
+    """The dict literal a module-level function of this module returns, from its only
+    `return` (the literal itself, or a name bound to one once in the function)."""
+    name = dotted(call.func)
+    function = next((f for f in facts.functions if f.name.value == name
+                     and f not in facts.function_class), None)
+    if function is None:
+        return None
+    returns = [small.value for statement, info in facts.statements.items()
+               if info.function is function and isinstance(statement, cst.SimpleStatementLine)
+               for small in statement.body if isinstance(small, cst.Return)]
+    if len(returns) != 1:
+        return None
+    value = returns[0]
+    if isinstance(value, cst.Name):
+        bound = _single_binding(value.value, function, facts)
+        value = bound.value if bound is not None and bound.function is function else None
+    return value if isinstance(value, cst.Dict) else None
 
 
 def _string(node: cst.CSTNode | None) -> str | None:
