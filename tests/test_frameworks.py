@@ -105,7 +105,7 @@ engine, _, _, _ = deepspeed.initialize(model=model, config=config)
 '''
     output, findings = _rewrite(source)
     assert output == source
-    assert "AMP421 `DeepSpeed config` already sets" in findings
+    assert "AMP421 the DeepSpeed config already sets" in findings
 
 
 FSDP = '''\

@@ -117,9 +117,10 @@ def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> 
     for switch in settings.switches:
         if switch.current is not None:
             current = ctx.facts.one_line(switch.current).rstrip(", ")
+            who = (f"the {switch.framework}" if isinstance(switch.node, cst.Dict)
+                   else f"`{switch.framework}`")
             ctx.notes.append(Note(FRAMEWORK_PRECISION_SET, switch.node,
-                                  f"`{switch.framework}` already sets `{current}`; left "
-                                  "unchanged"))
+                                  f"{who} already sets `{current}`; left unchanged"))
             continue
         if not dtype and prefers is None:
             prefers = _run_time_choice(ctx)
