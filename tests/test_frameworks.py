@@ -3,6 +3,10 @@ shapes beside the fixture pairs (`fixtures/framework_*`, `fixtures/rule_fsdp*`).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from amprewrite.engine import rewrite_source
@@ -230,3 +234,29 @@ def main(args, model):
         "bf16": {"enabled": True},
     }''' in output
     assert "AMP420 the DeepSpeed config owns precision" in findings
+
+
+def test_switch_imports_go_where_isort_puts_them_without_torch(tmp_path: Path) -> None:
+    """A Trainer-arguments module that imports transformers but not torch: `import torch`
+    and the runtime's import join the transformers section, in isort's order."""
+    source = '''\
+"""Arguments."""
+import os
+
+from transformers import TrainingArguments
+
+from mypkg.paths import OUTPUT
+
+
+def training_arguments():
+    return TrainingArguments(output_dir=os.path.join(OUTPUT, "run"))
+'''
+    output, _ = _rewrite(source)
+    assert ("import os\n\nimport torch\nfrom amprewrite_runtime import prefers_bfloat16\n"
+            "from transformers import TrainingArguments\n\nfrom mypkg") in output
+    script = tmp_path / "args.py"
+    script.write_text(output)
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "I",
+                           "--config=lint.isort.known-first-party = ['mypkg']", str(script)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout

@@ -162,19 +162,23 @@ def place_header(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
         header.append(line.with_changes(leading_lines=[cst.EmptyLine()]) if position == 0 else line)
     index = ctx.facts.header_imports_end
     ctx.plan.inserts.insert(0, Insert(ctx.facts.module, index, header))
+    opened: set[int] = set()  # indices whose section an added import opens already
     for position, code in enumerate(ctx.style.imports):
-        _insert_import(ctx, ctx.parse_statement(code), position)
+        _insert_import(ctx, ctx.parse_statement(code), position, opened)
     body = ctx.facts.module.body
     if index == 0 and body and isinstance(body[0], cst.FunctionDef | cst.ClassDef) and len(
             body[0].leading_lines) < 2:  # a file without imports: PEP 8's two lines
         ctx.plan.replaces.append(Replace(body[0], _two_blank_lines_before))
 
 
-def _insert_import(ctx: RuleContext, statement: cst.SimpleStatementLine, position: int) -> None:
+def _insert_import(
+    ctx: RuleContext, statement: cst.SimpleStatementLine, position: int, opened: set[int]
+) -> None:
     """`statement` where isort would put it, first among the inserts at its index (in the
-    style's order); at the top of a section it takes over the section's blank lines."""
+    style's order); the first at the top of a section takes over the section's blank lines."""
     index, opens_section = import_index(ctx.facts, statement)
-    if opens_section:
+    if opens_section and index not in opened:
+        opened.add(index)
         opening = ctx.facts.module.body[index]
         statement = statement.with_changes(leading_lines=opening.leading_lines)
         ctx.plan.replaces.append(Replace(opening, _no_lines_before))

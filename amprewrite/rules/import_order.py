@@ -3,10 +3,10 @@
 A training script's imports are grouped in sections (standard library, third party, first
 party, local) separated by blank lines, each sorted. An added third-party import
 (`from amprewrite_runtime import ...`, `from torch... import ...`) belongs to the section that
-imports torch, at its sorted place there: straight imports before `from` imports (isort's and
-ruff's default), or one list by module name (`force_sort_within_sections`), whichever the
-section already follows. A file whose imports follow neither, or that does not import torch,
-gets it after its last import, as before.
+imports torch (else a training framework: transformers, Accelerate, ...), at its sorted place
+there: straight imports before `from` imports (isort's and ruff's default), or one list by
+module name (`force_sort_within_sections`), whichever the section already follows. A file
+whose imports follow neither, or that imports neither, gets it after its last import.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import dotted
 
 SortKey = tuple[object, ...]
+# The third-party section is the one importing torch, else a training framework (a Hugging
+# Face or DeepSpeed script need not import torch itself).
+_ANCHORS = (frozenset({"torch"}), frozenset({"transformers", "trl", "accelerate", "lightning",
+                                             "pytorch_lightning", "deepspeed", "datasets"}))
 
 
 def _by_type(module: str, is_from: bool) -> SortKey:
@@ -36,9 +40,9 @@ def import_index(facts: ModuleFacts, statement: cst.SimpleStatementLine) -> tupl
     """The index of `facts.module.body` to insert `statement` (one import) before, and whether
     it opens its section there (and must take over the blank lines above the section)."""
     added = _imported(statement)
-    section = next((s for s in _sections(facts) if any(
-        module == "torch" or module.startswith("torch.") for module, _ in map(_imported, s))),
-        None)
+    sections = _sections(facts)
+    section = next((s for anchors in _ANCHORS for s in sections if any(
+        module.split(".")[0] in anchors for module, _ in map(_imported, s))), None)
     if added is None or section is None:
         return facts.header_imports_end, False
     first = _index(facts.module.body, section[0])
