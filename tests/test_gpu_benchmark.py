@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.execution import DEVICE_ENV, run_device, subprocess_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,3 +47,37 @@ def test_default_device_spares_cpu_generators() -> None:
     out = subprocess.run([sys.executable, "-c", DEFAULT_DEVICE_PROBE, str(REPO / "tests")],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["meta", "meta", "cpu", "cpu"]
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet50", "gpt2"])
+def test_committed_rewrites_are_what_amprewrite_makes_now(model: str) -> None:
+    """benchmarks/gpu_scripts/<model>_rewrite.py is committed (the GPU machine has no libcst):
+    it must be amprewrite's O1 rewrite of <model>_fp32.py as the codemod stands
+    (`python benchmarks/gpu.py --regenerate` updates them)."""
+    from amprewrite.engine import rewrite_source
+    from amprewrite.options import Options
+
+    scripts = BENCHMARKS / "gpu_scripts"
+    expected = rewrite_source((scripts / f"{model}_fp32.py").read_bytes(),
+                              Options(opt_level="O1")).source
+    assert (scripts / f"{model}_rewrite.py").read_bytes() == expected, (
+        "stale: run python benchmarks/gpu.py --regenerate")
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet50", "gpt2"])
+def test_hand_written_version_differs_from_fp32_only_by_torch_amp(model: str) -> None:
+    """The hand-written scripts are the FP32 ones plus torch.amp and the dtype, nothing else
+    (same model, data, optimizer and loop), so the three variants time the same work."""
+    import difflib
+
+    scripts = BENCHMARKS / "gpu_scripts"
+    fp32 = (scripts / f"{model}_fp32.py").read_text().split('"""')[2].splitlines()
+    hand = (scripts / f"{model}_torch_amp.py").read_text().split('"""')[2].splitlines()
+    added = [line[1:].strip() for line in difflib.unified_diff(fp32, hand, n=0, lineterm="")
+             if line.startswith("+") and not line.startswith("+++")]
+    removed = [line[1:].strip() for line in difflib.unified_diff(fp32, hand, n=0, lineterm="")
+               if line.startswith("-") and not line.startswith("---")]
+    assert removed == ["outputs = model(inputs)", "loss = loss_fn(outputs, targets)",
+                       "loss.backward()", "optimizer.step()"]
+    assert "with torch.autocast(device.type, dtype=dtype):" in added
+    assert "scaler.scale(loss).backward()" in added
