@@ -6,6 +6,8 @@ another device (AMPREWRITE_TEST_DEVICE) leaves the CPU runs as they were.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +83,48 @@ def test_hand_written_version_differs_from_fp32_only_by_torch_amp(model: str) ->
                        "loss.backward()", "optimizer.step()"]
     assert "with torch.autocast(device.type, dtype=dtype):" in added
     assert "scaler.scale(loss).backward()" in added
+
+
+@pytest.mark.slow
+def test_smoke_mode_runs_every_path_and_writes_the_table(tmp_path: Path) -> None:
+    """`gpu.py --smoke` on the CPU (about two minutes here): fixtures, every unit (eager and
+    compiled, both dtypes, three models), the graph-break counts, the JSON and the table."""
+    from benchmarks.gpu_timing import UNITS
+
+    env = {key: value for key, value in os.environ.items() if key != DEVICE_ENV}
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu.py"), "--smoke", "--out", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    assert report["machine"]["smoke"] is True
+    assert [check["status"] for check in report["fixtures"]] == ["ok"] * 4
+    assert [row["unit"] for row in report["timings"]] == UNITS
+    assert report["missing"] == []
+    for row in report["timings"]:
+        assert set(row["median_ms"]) == {"fp32", "rewrite", "hand"}
+        assert row["rounds"] >= 1
+        if row["mode"] == "compile":
+            assert set(row["dynamo"]) == {"rewrite", "hand", "during_runs"}
+            assert row["dynamo"]["rewrite"]["graphs"] >= 1
+    table = (tmp_path / "gpu_table.md").read_text().splitlines()
+    rows = [line for line in table if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + len(UNITS)  # the header and a row per unit
+    assert all(row.count(" | ") == 12 for row in rows)  # 13 columns
+    assert table[0].startswith("Smoke run of")
+
+
+def test_a_short_budget_skips_units_and_still_writes_the_table(tmp_path: Path) -> None:
+    """What a budget leaves out is said, not dropped: the table still comes out."""
+    from benchmarks.gpu_timing import UNITS
+
+    env = {key: value for key, value in os.environ.items() if key != DEVICE_ENV}
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu.py"), "--smoke", "--skip-fixtures",
+         "--budget", "0", "--out", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    assert report["timings"] == [] and report["fixtures"] == []
+    assert [record["unit"] for record in report["missing"]] == UNITS
+    assert "Not measured: compile:gpt2:float16: budget." in (tmp_path / "gpu_table.md").read_text()
