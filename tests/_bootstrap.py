@@ -46,6 +46,13 @@ runs in float16 and a CPU grad scaler the script (not torch, not amprewrite_runt
 disabled is enabled, as on a GPU; and binary cross-entropy under autocast raises, as CUDA's
 autocast makes it.
 
+Another default device (`AMPREWRITE_TEST_DEVICE=cuda`, removed likewise; set by
+`tests/execution.py` for runs on a GPU): tensors and modules created without a device are
+created there, as under `torch.set_default_device`, except a random op given a generator of
+another device (a DataLoader's shuffling draws from a CPU generator), which keeps the
+generator's device. A script that names its device keeps it. `forward_devices` counts the
+Linear/Conv forwards by the device type of their output, so a caller can see where it ran.
+
 The record is written when the script finishes, also when it raises (the traceback is kept
 and the exit status is 1) or calls `sys.exit` (its status is kept).
 """
@@ -67,6 +74,7 @@ MAX_ENTRIES = 5000  # cap on each recorded list; counters are not capped
 OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # what run_script(overflow_at=N) sets
 SKIP_ENV = "AMPREWRITE_TEST_SKIP_AT"  # what run_script(skip_at=[...]) sets
 CUDA_DEFAULTS_ENV = "AMPREWRITE_TEST_CUDA_DEFAULTS"
+DEVICE_ENV = "AMPREWRITE_TEST_DEVICE"
 
 # torch without numpy warns at import; that noise is not the script's.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -93,6 +101,7 @@ def _new_record(script: str, args: list[str]) -> dict:
         "forwards": [],  # [module class, dtype, grad enabled, autocast enabled]
         "dtype_counts": {"train": {}, "eval": {}},
         "forward_count": 0,
+        "forward_devices": {},  # device type of each forward's output: count
         # optimizer steps (see the module docstring)
         "optimizer_steps": 0,  # attempts
         "optimizer_steps_taken": 0,  # attempts whose optimizer.step() ran
@@ -186,6 +195,8 @@ def _install_observers(record: dict) -> None:
         if not isinstance(module, watched) or not isinstance(output, torch.Tensor):
             return None
         record["forward_count"] += 1
+        devices = record["forward_devices"]
+        devices[output.device.type] = devices.get(output.device.type, 0) + 1
         dtype = str(output.dtype)
         grad = torch.is_grad_enabled()
         mode = "train" if grad else "eval"
@@ -392,6 +403,28 @@ def _write(out_path: str, record: dict) -> None:
     os.replace(tmp, out_path)
 
 
+def install_default_device(name: str) -> None:
+    """Create tensors and modules made without a device on `name` from now on (see the module
+    docstring): torch.set_default_device, less its clash with CPU generators."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._device import _device_constructors
+
+    device = torch.device(name)
+    constructors = _device_constructors()
+
+    class DefaultDevice(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            generator = kwargs.get("generator")
+            if (func in constructors and kwargs.get("device") is None
+                    and (generator is None or generator.device.type == device.type)):
+                kwargs["device"] = device
+            return func(*args, **kwargs)
+
+    DefaultDevice().__enter__()  # for the rest of the process
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: python _bootstrap.py OUT.json SCRIPT [ARGS...]", file=sys.stderr)
@@ -413,6 +446,9 @@ def main(argv: list[str]) -> int:
         _install_observers(record)
         if os.environ.pop(CUDA_DEFAULTS_ENV, ""):
             _install_cuda_defaults()
+        device = os.environ.pop(DEVICE_ENV, "")
+        if device and device != "cpu":
+            install_default_device(device)
         steps = _install_step_observers(
             record, int(overflow_at) if overflow_at else None, skip_at)
 

@@ -13,6 +13,13 @@ the CPU only (`CUDA_VISIBLE_DEVICES` is emptied), with `<repo>/runtime` (so
 `amprewrite_runtime`) and `<repo>` on `PYTHONPATH`, from the script's directory as working
 directory.
 
+`AMPREWRITE_TEST_DEVICE=cuda` (in the environment of the caller or of a run) is the one
+exception, for a machine with a GPU (benchmarks/gpu.py): `CUDA_VISIBLE_DEVICES` is left as it
+is, every run is a fresh interpreter (no fork server: CUDA and a fork of a process that
+imported torch do not mix), and the bootstrap makes that device the default one for tensors
+and modules created without a device (see `tests/_bootstrap.py`). Unset, or `cpu`, nothing
+changes.
+
 The dtype a rewritten script runs in is the runtime's choice: bfloat16 on this CPU, float16
 with dynamic loss scaling (the CUDA path) under `env=FLOAT16_ENV`. Tests that execute a
 rewrite run it in both (see `DTYPE_ENVS`), and once more in float16 with an injected overflow:
@@ -58,6 +65,7 @@ BOOTSTRAP = TESTS_DIR / "_bootstrap.py"
 FORKSERVER = TESTS_DIR / "_forkserver.py"
 OVERFLOW_ENV = "AMPREWRITE_TEST_OVERFLOW_AT"  # read (and hidden from the script) by the bootstrap
 SKIP_ENV = "AMPREWRITE_TEST_SKIP_AT"  # likewise
+DEVICE_ENV = "AMPREWRITE_TEST_DEVICE"  # cuda: run on the GPU (see the module docstring)
 
 FLOAT32 = "torch.float32"
 BFLOAT16 = "torch.bfloat16"
@@ -137,9 +145,11 @@ class ScriptRun:
 
 
 def subprocess_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a script runs with: CPU only, runtime importable, `env` on top."""
+    """The environment a script runs with: CPU only (unless AMPREWRITE_TEST_DEVICE asks for
+    another device), runtime importable, `env` on top."""
     out = dict(os.environ)
-    out["CUDA_VISIBLE_DEVICES"] = ""
+    if run_device(env) == "cpu":
+        out["CUDA_VISIBLE_DEVICES"] = ""
     out["PYTHONHASHSEED"] = "0"
     out["PYTHONUNBUFFERED"] = "1"
     out.setdefault("OMP_NUM_THREADS", "2")
@@ -150,6 +160,12 @@ def subprocess_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
         extra.append(out["PYTHONPATH"])
     out["PYTHONPATH"] = os.pathsep.join(extra)
     return out
+
+
+def run_device(env: Mapping[str, str] | None = None) -> str:
+    """The device runs are meant for: AMPREWRITE_TEST_DEVICE of `env`, else of this process,
+    else "cpu"."""
+    return (env or {}).get(DEVICE_ENV) or os.environ.get(DEVICE_ENV) or "cpu"
 
 
 def run_script(
@@ -310,7 +326,7 @@ _SERVER_LOCK = threading.Lock()
 
 def _fork_server(env: dict[str, str]) -> _ForkServer | None:
     """The session's fork server, started on first use, when it can run with `env`."""
-    if os.environ.get("AMPREWRITE_TEST_FORKSERVER", "1") == "0":
+    if os.environ.get("AMPREWRITE_TEST_FORKSERVER", "1") == "0" or run_device(env) != "cpu":
         return None
     with _SERVER_LOCK:
         if not _SERVER:
