@@ -144,8 +144,8 @@ def is_autograd_call(call: cst.Call, facts: ModuleFacts) -> bool:
 
 def _reads_grad(node: cst.CSTNode) -> bool:
     """`x.grad` read anywhere in `node` (a call of `torch.autograd.grad` is not a read)."""
-    called = {id(n.func) for n in walk(node) if isinstance(n, cst.Call)}
-    return any(isinstance(n, cst.Attribute) and n.attr.value == "grad" and id(n) not in called
+    called = {id(n.func) for n in walk(node) if type(n) is cst.Call}
+    return any(type(n) is cst.Attribute and n.attr.value == "grad" and id(n) not in called
                for n in walk(node))
 
 
