@@ -445,7 +445,7 @@ class _Scope:
     def check(self, node: cst.CSTNode) -> None:
         """Record every use inside `node` that needs float32 (comprehensions see their
         targets)."""
-        if type(node) in (cst.Lambda, cst.FunctionDef, cst.ClassDef):
+        if type(node) in _NOTHING_TO_CHECK:
             return
         if id(node) in self.s.in_region and not self.autocast:  # a forward kept under autocast
             self.autocast = True
@@ -759,6 +759,13 @@ class _Scope:
         if is_model_call(call, kinds) or _is_layer_call(call):
             return self.autocast
         return args_low
+
+
+# Nodes `check` has nothing to look at in: other scopes, and leaves (a third of all nodes).
+_NOTHING_TO_CHECK = frozenset({
+    cst.Lambda, cst.FunctionDef, cst.ClassDef, cst.Name, cst.Integer, cst.Float, cst.Imaginary,
+    cst.SimpleString, cst.Ellipsis,
+})
 
 
 def _method(call: cst.Call) -> str | None:
