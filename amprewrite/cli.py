@@ -21,7 +21,6 @@ from amprewrite.findings import Finding
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
 from amprewrite.output_formats import print_github, print_json
 from amprewrite.parallel import run_files
-from amprewrite.project.rewrite import links_projects, rewrite_project
 from amprewrite.report import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -203,6 +202,8 @@ def _projects(
 ) -> tuple[list[FileOutcome], list[Target]]:
     """The outcomes of the files whose training step spans several modules (rewritten
     together), and the targets left to rewrite one by one."""
+    from amprewrite.project.rewrite import links_projects, rewrite_project  # loads libcst
+
     sources = {resolved(t.path): t for t in targets if not is_notebook(str(t.path))}
     if not sources or not links_projects(options):
         return [], targets

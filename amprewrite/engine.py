@@ -26,11 +26,17 @@ from amprewrite.recipes import choose
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import apply_edits
 
-# A file that mentions none of these cannot hold a training step amprewrite would rewrite (or
-# AMP it wrote, for O0 to take out).
-MAY_TRAIN = re.compile(
-    rb"torch|backward|lightning|accelerate|apex|determined|enchanter|\bray\b|amprewrite_runtime"
-    rb"|transformers|\btrl\b|deepspeed")
+# The text pre-filter: a file that mentions none of these words cannot hold a training step
+# amprewrite would rewrite (or AMP it wrote, for O0 to take out), so it is reported AMP001
+# without being parsed. Each is a regular expression. A recipe for a library whose training
+# setup a file may configure without naming torch or `backward` (Hugging Face Trainer and TRL
+# configs, DeepSpeed, FSDP) must have its names here, or its files are never analysed.
+TRAINING_WORDS = (
+    "torch", "backward", "lightning", "accelerate", "apex", "determined", "enchanter", r"\bray\b",
+    "amprewrite_runtime", "transformers", r"\btrl\b", "deepspeed", "fully_shard",
+    "FullyShardedDataParallel",
+)
+MAY_TRAIN = re.compile("|".join(TRAINING_WORDS).encode())
 
 
 @dataclass

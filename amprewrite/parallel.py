@@ -1,17 +1,20 @@
 """Processing many files: in parallel processes, results in input order, with a progress bar
-on a terminal for long runs."""
+on a terminal for long runs (its time left weighs the files by size)."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 
 import click
 
 from amprewrite.discovery import Target
 from amprewrite.options import Options
+from amprewrite.progress import TimeLeft, weight
 from amprewrite.runner import FileOutcome, process_file
 
 _PROGRESS_FROM = 50  # files: below this a run is quick enough without a bar
@@ -31,13 +34,36 @@ def run_files(
         results = executor.map(work, targets, chunksize=max(1, len(targets) // (workers * 8)))
     try:
         if progress and len(targets) >= _PROGRESS_FROM and sys.stderr.isatty():
-            with click.progressbar(results, length=len(targets), label="amprewrite",
-                                   file=sys.stderr) as bar:
-                return list(bar)
+            return _with_progress_bar(results, targets)
         return list(results)
     finally:
         if workers > 1:
             executor.shutdown()
+
+
+def _with_progress_bar(results: Iterator[FileOutcome], targets: list[Target]) -> list[FileOutcome]:
+    """The outcomes, while a bar on standard error shows the share of the bytes done and the
+    time left (`progress.TimeLeft`)."""
+    sizes = [_size(target.path) for target in targets]
+    left = TimeLeft(sizes)
+    started = time.monotonic()
+    outcomes = []
+    with click.progressbar(length=left.total, label="amprewrite", file=sys.stderr,
+                           show_eta=False,
+                           item_show_func=lambda _: left.label(time.monotonic() - started)
+                           ) as bar:
+        for outcome, size in zip(results, sizes, strict=True):
+            left.advance(size)
+            outcomes.append(outcome)
+            bar.update(weight(size))
+    return outcomes
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # reported when the file is read
 
 
 def _process(target: Target, options: Options, write: bool) -> FileOutcome:

@@ -3,7 +3,8 @@
 A Python source goes through the engine; a notebook (`*.ipynb`) through `notebooks`, which
 imports nbformat, so a run that meets no notebook never loads it. Nothing here raises for a
 bad file: every failure becomes an AMP003/AMP004 finding on that file's outcome, so the
-other files are still processed.
+other files are still processed. The engine (and with it libcst) is imported on first use,
+so the reporting modules that share `FileOutcome` load without it (`amprewrite --version`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from amprewrite import engine
 from amprewrite.budget import OverBudget, over_time, time_budget
-from amprewrite.engine import RewriteError
 from amprewrite.fileio import (
     TooLarge,
     UnparsableOutput,
@@ -61,6 +60,8 @@ def process_source(path: str, source: bytes, options: Options, explicit: bool) -
     when `path` names one."""
     if is_notebook(path):
         return _process_notebook(path, source, options, explicit)
+    from amprewrite import engine
+
     try:
         with time_budget():
             result = engine.rewrite_source(source, options)
@@ -93,6 +94,8 @@ def _process_notebook(path: str, source: bytes, options: Options, explicit: bool
 
 def process_file(path: Path, options: Options, write: bool, explicit: bool) -> FileOutcome:
     """Read `path`, rewrite it, and write it back in place when `write` and it changed."""
+    from amprewrite import engine
+
     shown = str(path)
     try:
         source = read_source(path, None if is_notebook(shown) else engine.MAX_SOURCE_BYTES)
@@ -127,6 +130,8 @@ def _failed(path: str, explicit: bool, finding: Finding, source: bytes = b"") ->
 
 
 def rewrite_failure(exc: Exception) -> Finding:
+    from amprewrite.engine import RewriteError
+
     if isinstance(exc, RewriteError):
         return exc.finding
     if isinstance(exc, UnicodeError) or type(exc) is LookupError:  # LookupError: no codec

@@ -65,8 +65,8 @@ def _registered_buffers(cls: cst.ClassDef) -> set[str]:
     """`self.embed` for every `self.register_buffer("embed", ...)` of the class."""
     found = set()
     for node in descendants(cls.body):
-        if (isinstance(node, cst.Call) and dotted(node.func) == "self.register_buffer"
-                and node.args and isinstance(node.args[0].value, cst.SimpleString)):
+        if (type(node) is cst.Call and dotted(node.func) == "self.register_buffer"
+                and node.args and type(node.args[0].value) is cst.SimpleString):
             found.add(f"self.{node.args[0].value.evaluated_value}")
     return found
 
@@ -75,7 +75,7 @@ def _updated(function: cst.FunctionDef, buffers: set[str]) -> set[str]:
     """The buffers `function` changes in place (`self.embed.data.copy_(...)`)."""
     found = set()
     for node in descendants(function.body):
-        if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+        if (type(node) is cst.Call and type(node.func) is cst.Attribute
                 and node.func.attr.value in _IN_PLACE):
             key = (dotted(node.func.value) or "").removesuffix(".data")
             if key in buffers:

@@ -157,7 +157,7 @@ class _Scopes:
         self.forward_returns: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.forward_held: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.array_objects = {  # `writer = SummaryWriter(...)`, `run = wandb.init(...)`
-            key for b in facts.bindings if isinstance(b.value, cst.Call)
+            key for b in facts.bindings if type(b.value) is cst.Call
             and _in_array_library(facts.imports.resolve(b.value.func) or "") for key in b.keys
         }
 
@@ -294,32 +294,32 @@ class _Scope:
             self.compound_or_line(statement)
 
     def compound_or_line(self, statement: cst.CSTNode) -> None:
-        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
+        if type(statement) in (cst.FunctionDef, cst.ClassDef):
             return
         outer_autocast, outer_statement = self.autocast, self.statement
         if id(statement) in self.s.in_region:
             self.autocast = True
         if isinstance(statement, cst.SimpleStatementLine | cst.BaseCompoundStatement):
             self.statement = statement
-        if isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
                 self.small(small)
-        elif isinstance(statement, cst.For):
+        elif type(statement) is cst.For:
             self.check(statement.iter)
             self.bind_iteration(statement.target, statement.iter)
             self.layers.update(_submodules_iterated(statement))
             self.counters.update(_counters(statement))
             self.block(statement.body.body)
             self.suite(statement.orelse)
-        elif isinstance(statement, cst.If | cst.While):
+        elif type(statement) in (cst.If, cst.While):
             self.check(statement.test)
             self.block(statement.body.body)
             self.suite(statement.orelse)
-        elif isinstance(statement, cst.With):
+        elif type(statement) is cst.With:
             for item in statement.items:
                 self.check(item.item)
             self.block(statement.body.body)
-        elif isinstance(statement, cst.Try):
+        elif type(statement) is cst.Try:
             self.block(statement.body.body)
             for handler in statement.handlers:
                 self.block(handler.body.body)
@@ -328,28 +328,28 @@ class _Scope:
         self.autocast, self.statement = outer_autocast, outer_statement
 
     def suite(self, node: cst.CSTNode | None) -> None:
-        if isinstance(node, cst.If):
+        if type(node) is cst.If:
             self.compound_or_line(node)
         elif node is not None:
             body = getattr(node, "body", None)
-            if isinstance(body, cst.IndentedBlock):
+            if type(body) is cst.IndentedBlock:
                 self.block(body.body)
 
     def small(self, small: cst.BaseSmallStatement) -> None:
-        if isinstance(small, cst.Assign):
+        if type(small) is cst.Assign:
             self.check(small.value)
             for target in small.targets:
                 self.check_store(target.target, small.value)
                 self.bind(target.target, self.is_low(small.value), small.value)
-        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+        elif type(small) is cst.AnnAssign and small.value is not None:
             self.check(small.value)
             self.bind(small.target, self.is_low(small.value), small.value)
-        elif isinstance(small, cst.AugAssign):
+        elif type(small) is cst.AugAssign:
             self.check(small.value)
-        elif isinstance(small, cst.Return) and small.value is not None:
+        elif type(small) is cst.Return and small.value is not None:
             self.check(small.value)
             value = small.value
-            elements = ([e.value for e in value.elements] if isinstance(value, cst.Tuple)
+            elements = ([e.value for e in value.elements] if type(value) is cst.Tuple
                         else [value])
             flags = tuple(self.is_low(e) for e in elements)
             held = tuple(receiver_key(e) in self.containers for e in elements)
@@ -357,7 +357,7 @@ class _Scope:
                 flags = tuple(a or b for a, b in zip(flags, self.returned, strict=True))
                 held = tuple(a or b for a, b in zip(held, self.returned_containers, strict=True))
             self.returned, self.returned_containers = flags, held
-        elif isinstance(small, cst.Expr):
+        elif type(small) is cst.Expr:
             self.check(small.value)
             self.track_append(small.value)
 
@@ -377,15 +377,15 @@ class _Scope:
     def bind(
         self, target: cst.BaseExpression, low: bool, value: cst.BaseExpression | None = None
     ) -> None:
-        if isinstance(target, cst.Tuple | cst.List):
+        if type(target) in (cst.Tuple, cst.List):
             parts = _elements(value) if value is not None else None
-            unpacks_indices = isinstance(value, cst.Call) and _method(value) in _VALUES_AND_INDICES
+            unpacks_indices = type(value) is cst.Call and _method(value) in _VALUES_AND_INDICES
             for position, element in enumerate(target.elements):
                 part = parts[position] if parts and len(parts) == len(target.elements) else None
                 element_low = self.is_low(part) if part is not None else (
                     low and not (unpacks_indices and position == 1))
                 held = False
-                if part is None and isinstance(value, cst.Call):
+                if part is None and type(value) is cst.Call:
                     summary = self.summary(value)
                     if summary is not None and len(summary) == len(target.elements):
                         element_low = summary[position]
@@ -395,7 +395,7 @@ class _Scope:
                 if held and element_low:
                     self.hold(element.value)
             return
-        if isinstance(target, cst.Subscript):
+        if type(target) is cst.Subscript:
             key = receiver_key(target.value)
             if key is not None and low and not self.is_buffer(target):
                 self.low.add(key)
@@ -411,12 +411,12 @@ class _Scope:
                 self.maybe_integer.add(key)
             else:
                 self.maybe_integer.discard(key)
-            if isinstance(value, cst.List | cst.ListComp | cst.Dict | cst.Tuple):
+            if type(value) in (cst.List, cst.ListComp, cst.Dict, cst.Tuple):
                 self.containers.add(key)
                 self.appended.setdefault(key, [])
             else:
                 self.containers.discard(key)
-        if low and isinstance(value, cst.Call) and self.held(value) == (True,):
+        if low and type(value) is cst.Call and self.held(value) == (True,):
             self.hold(target)
 
     def hold(self, target: cst.BaseExpression) -> None:
@@ -427,7 +427,7 @@ class _Scope:
 
     def track_append(self, value: cst.BaseExpression) -> None:
         """`outputs.append(out)`: `outputs` now holds a low-precision tensor."""
-        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+        if not (type(value) is cst.Call and type(value.func) is cst.Attribute
                 and value.func.attr.value in ("append", "extend") and value.args):
             return
         key = receiver_key(value.func.value)
@@ -445,14 +445,14 @@ class _Scope:
     def check(self, node: cst.CSTNode) -> None:
         """Record every use inside `node` that needs float32 (comprehensions see their
         targets)."""
-        if isinstance(node, cst.Lambda | cst.FunctionDef | cst.ClassDef):
+        if type(node) in _NOTHING_TO_CHECK:
             return
         if id(node) in self.s.in_region and not self.autocast:  # a forward kept under autocast
             self.autocast = True
             self.check(node)
             self.autocast = False
             return
-        if isinstance(node, cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp):
+        if type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
             saved = set(self.low)
             clause: cst.CompFor | None = node.for_in
             while clause is not None:
@@ -465,10 +465,10 @@ class _Scope:
                     self.check(child)
             self.low = saved
             return
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             self.check_call(node)
-        elif (isinstance(node, cst.BinaryOperation) and not self.autocast
-              and isinstance(node.operator, cst.MatrixMultiply)):
+        elif (type(node) is cst.BinaryOperation and not self.autocast
+              and type(node.operator) is cst.MatrixMultiply):
             for operand in (node.left, node.right):
                 self.cast_if_low(operand, "a float32 matmul (`@`)")
         for child in children(node):
@@ -476,15 +476,15 @@ class _Scope:
 
     def check_call(self, call: cst.Call) -> None:
         func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _SAME_DTYPE_SOURCE:
+        if type(func) is cst.Attribute and func.attr.value in _SAME_DTYPE_SOURCE:
             self.match_source(call, func)
-        if isinstance(func, cst.Attribute) and func.attr.value == "numpy" and not call.args:
+        if type(func) is cst.Attribute and func.attr.value == "numpy" and not call.args:
             self.cast_if_low(func.value, "`.numpy()` (numpy has no bfloat16)")
             return
         resolved = self.s.facts.imports.resolve(func) or ""
         module, _, last = resolved.rpartition(".")
         if _in_array_library(resolved) or (
-            isinstance(func, cst.Attribute) and receiver_key(func.value) in self.s.array_objects
+            type(func) is cst.Attribute and receiver_key(func.value) in self.s.array_objects
         ):
             for arg in call.args:
                 self.cast_if_low(arg.value, f"`{dotted(func)}` (numpy has no bfloat16)")
@@ -549,7 +549,7 @@ class _Scope:
         """`buffer[mask] = low` into a float32 buffer: index_put needs one dtype (autocast
         or not), so the value is cast and the buffer stays float32. Basic indexing
         (`buffer[i] = low`, `buffer[:, 0] = low`) copies into a view, which converts."""
-        if isinstance(target, cst.Subscript) and self.is_buffer(target) \
+        if type(target) is cst.Subscript and self.is_buffer(target) \
                 and not self.basic_index(target):
             self.cast_if_low(value, "an index assignment into a float32 tensor")
 
@@ -557,13 +557,13 @@ class _Scope:
         """Whether every index is an int, a slice, `...` or `None`: no advanced indexing."""
         for element in target.slice:
             index = element.slice
-            if isinstance(index, cst.Slice):
+            if type(index) is cst.Slice:
                 continue
             value = index.value
-            if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+            if type(value) is cst.UnaryOperation and type(value.operator) is cst.Minus:
                 value = value.expression
-            if not (isinstance(value, cst.Integer | cst.Ellipsis)
-                    or (isinstance(value, cst.Name)
+            if not (type(value) in (cst.Integer, cst.Ellipsis)
+                    or (type(value) is cst.Name
                         and (value.value == "None" or value.value in self.counters))):
                 return False
         return True
@@ -574,14 +574,14 @@ class _Scope:
         if self.is_low(target.value) or (key is not None and key in self.containers):
             return False  # a low-precision buffer, or a container of values
         return not all(
-            isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.SimpleString)
+            type(e.slice) is cst.Index and type(e.slice.value) is cst.SimpleString
             for e in target.slice
         )  # a string key is a dict entry
 
     def cast_if_low(self, node: cst.BaseExpression, use: str) -> None:
-        if isinstance(node, cst.Dict):  # `wandb.log({"out": out})`
+        if type(node) is cst.Dict:  # `wandb.log({"out": out})`
             for entry in node.elements:
-                if isinstance(entry, cst.DictElement):
+                if type(entry) is cst.DictElement:
                     self.cast_if_low(entry.value, use)
             return
         if self.probe is not None:
@@ -599,12 +599,12 @@ class _Scope:
             else:
                 self.stuck(node, use)
             return
-        if isinstance(node, cst.List | cst.Tuple):
+        if type(node) in (cst.List, cst.Tuple):
             for element in node.elements:
-                if not isinstance(element, cst.StarredElement):
+                if type(element) is not cst.StarredElement:
                     self.cast_if_low(element.value, use)
             return
-        if isinstance(node, cst.ListComp | cst.GeneratorExp):
+        if type(node) in (cst.ListComp, cst.GeneratorExp):
             self.stuck(node, use)
             return
         self.add(node, use)
@@ -626,10 +626,10 @@ class _Scope:
         """`node` reads a sample (`dist.sample()`, `action` bound from one): its dtype is the
         distribution's, an integer one for a categorical."""
         for child in descendants(node):
-            if isinstance(child, cst.Call):
+            if type(child) is cst.Call:
                 if _method(child) in _MAYBE_INTEGER_METHODS:
                     return True
-            elif self.maybe_integer and isinstance(child, cst.Name | cst.Attribute) and (
+            elif self.maybe_integer and type(child) in (cst.Name, cst.Attribute) and (
                     dotted(child) in self.maybe_integer):
                 return True
         return False
@@ -694,25 +694,25 @@ class _Scope:
         key = receiver_key(node)
         if key is not None and key in self.low:
             return True
-        if isinstance(node, cst.Subscript):
-            if isinstance(node.value, cst.Call) and _method(node.value) in _VALUES_AND_INDICES:
+        if type(node) is cst.Subscript:
+            if type(node.value) is cst.Call and _method(node.value) in _VALUES_AND_INDICES:
                 index = node.slice[0].slice
-                if isinstance(index, cst.Index) and getattr(index.value, "value", "") == "1":
+                if type(index) is cst.Index and getattr(index.value, "value", "") == "1":
                     return False
             return self.is_low(node.value)
-        if isinstance(node, cst.Attribute):  # `out.data`, `outputs.logits` of a model output
+        if type(node) is cst.Attribute:  # `out.data`, `outputs.logits` of a model output
             return node.attr.value not in _NOT_TENSOR_ATTRIBUTES and self.is_low(node.value)
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             return self.call_is_low(node)
-        if isinstance(node, cst.BinaryOperation):
+        if type(node) is cst.BinaryOperation:
             return self.is_low(node.left) or self.is_low(node.right)
-        if isinstance(node, cst.UnaryOperation):
+        if type(node) is cst.UnaryOperation:
             return self.is_low(node.expression)
-        if isinstance(node, cst.IfExp):
+        if type(node) is cst.IfExp:
             return self.is_low(node.body) or self.is_low(node.orelse)
-        if isinstance(node, cst.Tuple | cst.List):
+        if type(node) in (cst.Tuple, cst.List):
             return any(self.is_low(e.value) for e in node.elements)
-        if isinstance(node, cst.ListComp | cst.GeneratorExp):
+        if type(node) in (cst.ListComp, cst.GeneratorExp):
             saved = set(self.low)
             clause: cst.CompFor | None = node.for_in
             while clause is not None:
@@ -743,7 +743,7 @@ class _Scope:
                 return False
             if is_model_call(call, kinds):
                 return self.autocast or args_low
-            assert isinstance(func, cst.Attribute)
+            assert type(func) is cst.Attribute
             if _is_layer_call(call) and method in self.s.by_name:  # `self.helper(...)`
                 summary = self.summary(call)
                 if summary is not None:
@@ -761,8 +761,15 @@ class _Scope:
         return args_low
 
 
+# Nodes `check` has nothing to look at in: other scopes, and leaves (a third of all nodes).
+_NOTHING_TO_CHECK = frozenset({
+    cst.Lambda, cst.FunctionDef, cst.ClassDef, cst.Name, cst.Integer, cst.Float, cst.Imaginary,
+    cst.SimpleString, cst.Ellipsis,
+})
+
+
 def _method(call: cst.Call) -> str | None:
-    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    return call.func.attr.value if type(call.func) is cst.Attribute else None
 
 
 def _is_layer_call(call: cst.Call) -> bool:
@@ -773,7 +780,7 @@ def _is_layer_call(call: cst.Call) -> bool:
 
 def _is_indexed_layer(func: cst.BaseExpression) -> bool:
     """`self.blocks[i]`: a submodule of a ModuleList."""
-    return isinstance(func, cst.Subscript) and _is_submodule(func.value)
+    return type(func) is cst.Subscript and _is_submodule(func.value)
 
 
 def _is_submodule(node: cst.BaseExpression) -> bool:
@@ -784,10 +791,10 @@ def _is_submodule(node: cst.BaseExpression) -> bool:
 def _counters(loop: cst.For) -> set[str]:
     """The loop variables that count: `for i in range(n)`, `i` of `for i, x in enumerate(xs)`."""
     iterated, target = loop.iter, loop.target
-    if not isinstance(iterated, cst.Call):
+    if type(iterated) is not cst.Call:
         return set()
     name = dotted(iterated.func)
-    if name == "enumerate" and isinstance(target, cst.Tuple) and target.elements:
+    if name == "enumerate" and type(target) is cst.Tuple and target.elements:
         target = target.elements[0].value
     elif name != "range":
         return set()
@@ -798,8 +805,8 @@ def _submodules_iterated(loop: cst.For) -> set[str]:
     """The loop variables bound to a model's submodules: `for layer in self.layers`,
     `for i, block in enumerate(self.blocks)`."""
     iterated, target = loop.iter, loop.target
-    if isinstance(iterated, cst.Call) and dotted(iterated.func) == "enumerate" and iterated.args \
-            and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+    if type(iterated) is cst.Call and dotted(iterated.func) == "enumerate" and iterated.args \
+            and type(target) is cst.Tuple and len(target.elements) == 2:
         iterated, target = iterated.args[0].value, target.elements[1].value
     if not _is_submodule(iterated):
         return set()
@@ -811,9 +818,9 @@ def _iterated_parts(
 ) -> list[tuple[cst.BaseExpression, cst.BaseExpression | None]] | None:
     """`for a, b in zip(x, y)` -> [(a, x), (b, y)]; `for i, a in enumerate(x)` ->
     [(i, None), (a, x)]; None for any other loop."""
-    if not (isinstance(target, cst.Tuple | cst.List) and isinstance(iterated, cst.Call)):
+    if not (type(target) in (cst.Tuple, cst.List) and type(iterated) is cst.Call):
         return None
-    if any(isinstance(e, cst.StarredElement) for e in target.elements) or any(
+    if any(type(e) is cst.StarredElement for e in target.elements) or any(
             a.star or a.keyword is not None for a in iterated.args):
         return None
     targets = [e.value for e in target.elements]
@@ -827,8 +834,8 @@ def _iterated_parts(
 
 
 def _elements(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
-    if isinstance(value, cst.Tuple | cst.List) and not any(
-        isinstance(e, cst.StarredElement) for e in value.elements
+    if type(value) in (cst.Tuple, cst.List) and not any(
+        type(e) is cst.StarredElement for e in value.elements
     ):
         return [e.value for e in value.elements]
     return None
@@ -875,7 +882,7 @@ def _passed_forwards(
                 if name is None or arg.star:
                     continue
                 value, key = arg.value, dotted(arg.value) or ""
-                if isinstance(value, cst.Call):
+                if type(value) is cst.Call:
                     forward = forwards.get(dotted(value.func) or "")
                 elif site.function is not None and (site.function, key) in passed:
                     forward = passed[site.function, key]
@@ -900,10 +907,10 @@ def _model_forwards(facts: ModuleFacts) -> dict[str, cst.FunctionDef]:
     found: dict[str, cst.FunctionDef] = {}
     for binding in facts.bindings:
         value = binding.value
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        while type(value) is cst.Call and type(value.func) is cst.Attribute \
                 and value.func.attr.value in ("to", "cuda", "cpu", "train", "eval"):
             value = value.func.value
-        forward = forwards.get(dotted(value.func) or "") if isinstance(value, cst.Call) else None
+        forward = forwards.get(dotted(value.func) or "") if type(value) is cst.Call else None
         if forward is not None and len(binding.keys) == 1:
             found[binding.keys[0]] = forward
     return found

@@ -25,7 +25,7 @@ from amprewrite.analysis.forward import computes
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import bound_keys, iter_keys, walk
 from amprewrite.analysis.statements import calls_in
-from amprewrite.analysis.summaries import Summaries, is_autograd_call
+from amprewrite.analysis.summaries import Summaries, is_autograd_call, summaries_of
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps, region_before
 from amprewrite.catalog import SKIP, declare
 
@@ -72,7 +72,7 @@ def place_regions(
     result = FunctionRegions()
     if not training.backwards:
         return result
-    summaries = Summaries(facts, kinds)
+    summaries = summaries_of(facts, kinds)
     helpers = _shared_helpers(training.regions, facts, kinds, summaries)
     result.helpers = list(helpers.values())
     placer = _Cutter(facts, kinds, summaries, set(helpers), result)

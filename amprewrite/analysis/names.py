@@ -17,9 +17,9 @@ from amprewrite.analysis.tree import children
 
 def dotted(node: cst.CSTNode) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         base = dotted(node.value)
         return None if base is None else f"{base}.{node.attr.value}"
     return None
@@ -27,7 +27,7 @@ def dotted(node: cst.CSTNode) -> str | None:
 
 def duplicable(node: cst.BaseExpression) -> bool:
     """An expression cheap and safe to read twice (`scores`, `self.bias`, `attn[:, 0]`)."""
-    if isinstance(node, cst.Subscript):
+    if type(node) is cst.Subscript:
         return duplicable(node.value)
     return dotted(node) is not None
 
@@ -37,7 +37,7 @@ def receiver_key(node: cst.BaseExpression) -> str | None:
     key = dotted(node)
     if key is not None:
         return key
-    if isinstance(node, cst.Subscript):
+    if type(node) is cst.Subscript:
         base = receiver_key(node.value)
         if base is not None:
             return f"{base}[{cst.Module([]).code_for_node(node.slice[0])}]"
@@ -127,12 +127,12 @@ def iter_keys(node: cst.CSTNode) -> Iterator[str]:
 
 def target_keys(target: cst.BaseExpression) -> Iterator[str]:
     """Keys bound by an assignment target (names, attributes, tuples, starred, subscripts)."""
-    if isinstance(target, cst.Tuple | cst.List):
+    if type(target) in (cst.Tuple, cst.List):
         for element in target.elements:
             yield from target_keys(element.value)
-    elif isinstance(target, cst.StarredElement):
+    elif type(target) is cst.StarredElement:
         yield from target_keys(target.value)
-    elif isinstance(target, cst.Subscript):
+    elif type(target) is cst.Subscript:
         # `losses["total"] = ...` updates the container `losses`.
         key = receiver_key(target.value)
         if key is not None:
@@ -147,16 +147,16 @@ def bound_keys(statement: cst.CSTNode) -> set[str]:
     """Keys that a statement (simple or compound, searched deeply) binds or updates in place."""
     keys: set[str] = set()
     for node in walk(statement):
-        if isinstance(node, cst.Assign):
+        if type(node) is cst.Assign:
             for target in node.targets:
                 keys.update(target_keys(target.target))
-        elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.For):
+        elif type(node) in (cst.AnnAssign, cst.AugAssign, cst.For):
             keys.update(target_keys(node.target))
-        elif isinstance(node, cst.WithItem) and node.asname is not None:
+        elif type(node) is cst.WithItem and node.asname is not None:
             keys.update(target_keys(node.asname.name))
-        elif isinstance(node, cst.NamedExpr):
+        elif type(node) is cst.NamedExpr:
             keys.update(target_keys(node.target))
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        elif type(node) is cst.Call and type(node.func) is cst.Attribute:
             # In-place tensor/container updates: `loss.add_(x)`, `losses.append(l)`.
             method = node.func.attr.value
             if method.endswith("_") or method in _MUTATING_METHODS:

@@ -353,11 +353,11 @@ def _ordered_calls(node: cst.CSTNode) -> list[cst.Call]:
     calls: list[cst.Call] = []
 
     def visit(current: cst.CSTNode) -> None:
-        if isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+        if type(current) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
             return
         for child in children(current):
             visit(child)
-        if isinstance(current, cst.Call):
+        if type(current) is cst.Call:
             calls.append(current)
 
     visit(node)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.statements import calls_in
-from amprewrite.analysis.summaries import Summaries
+from amprewrite.analysis.summaries import summaries_of
 from amprewrite.analysis.training_step import Note, Region
 from amprewrite.catalog import SKIP, declare
 
@@ -33,7 +33,7 @@ def forwards_elsewhere(
     no region was placed where stored outputs are computed (`producers`)."""
     if not regions or producers:
         return []
-    summaries = Summaries(facts, kinds)
+    summaries = summaries_of(facts, kinds)
     notes = []
     for region in regions:
         function = facts.statements[region.block.body[region.start]].function

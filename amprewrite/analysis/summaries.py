@@ -118,6 +118,25 @@ class Summaries:
         return found  # type: ignore[return-value]
 
 
+# The summaries of the modules analysed last, by their kind table: a module's analyses run
+# together (a project's group interleaves a few modules), and only these few stay in memory.
+_RECENT: list[tuple[KindTable, Summaries]] = []
+_RECENT_KEPT = 4
+
+
+def summaries_of(facts: ModuleFacts, kinds: KindTable) -> Summaries:
+    """The summaries of the module `kinds` was inferred for: computed once, shared by every
+    analysis that reads them (they depend on nothing else)."""
+    assert kinds.facts is facts
+    for known, summaries in _RECENT:
+        if known is kinds:
+            return summaries
+    summaries = Summaries(facts, kinds)
+    _RECENT.insert(0, (kinds, summaries))
+    del _RECENT[_RECENT_KEPT:]
+    return summaries
+
+
 def is_autograd_call(call: cst.Call, facts: ModuleFacts) -> bool:
     """`torch.autograd.grad(...)` / `torch.autograd.backward(...)`."""
     return facts.imports.resolve(call.func) in _AUTOGRAD
@@ -125,8 +144,8 @@ def is_autograd_call(call: cst.Call, facts: ModuleFacts) -> bool:
 
 def _reads_grad(node: cst.CSTNode) -> bool:
     """`x.grad` read anywhere in `node` (a call of `torch.autograd.grad` is not a read)."""
-    called = {id(n.func) for n in walk(node) if isinstance(n, cst.Call)}
-    return any(isinstance(n, cst.Attribute) and n.attr.value == "grad" and id(n) not in called
+    called = {id(n.func) for n in walk(node) if type(n) is cst.Call}
+    return any(type(n) is cst.Attribute and n.attr.value == "grad" and id(n) not in called
                for n in walk(node))
 
 

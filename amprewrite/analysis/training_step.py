@@ -36,7 +36,7 @@ from amprewrite.analysis.statements import (
     is_definition,
     is_step_call,
 )
-from amprewrite.analysis.summaries import Summaries
+from amprewrite.analysis.summaries import summaries_of
 from amprewrite.analysis.unscaling import (
     Clip,
     Unscale,
@@ -523,7 +523,7 @@ def _unreached_by_backward(
     ]
     if not candidates:
         return []
-    summaries = Summaries(facts, kinds)
+    summaries = summaries_of(facts, kinds)
     return [site for site in candidates
             if not summaries.functions[site.function].backward]  # type: ignore[index]
 

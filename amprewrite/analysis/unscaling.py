@@ -198,7 +198,7 @@ def _grad_readers(facts: ModuleFacts) -> set[str]:
     for function, name in names.items():
         called: set[str] = set()
         for node in walk(function.body):
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 if _is_clip(node):
                     readers.add(name)
                 callee = dotted(node.func)
@@ -218,12 +218,12 @@ def _grad_readers(facts: ModuleFacts) -> set[str]:
 
 
 def _calls_any(node: cst.CSTNode, names: set[str]) -> bool:
-    return any(isinstance(n, cst.Call) and dotted(n.func) in names for n in walk(node))
+    return any(type(n) is cst.Call and dotted(n.func) in names for n in walk(node))
 
 
 def _is_clip(call: cst.Call) -> bool:
     func = call.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else dotted(func)
+    name = func.attr.value if type(func) is cst.Attribute else dotted(func)
     return name in _CLIP_FUNCTIONS
 
 
@@ -233,5 +233,5 @@ def reads_grad(node: cst.CSTNode) -> bool:
 
 
 def _is_grad_read(node: cst.CSTNode) -> bool:
-    return (isinstance(node, cst.Attribute) and node.attr.value == "grad"
+    return (type(node) is cst.Attribute and node.attr.value == "grad"
             and not (dotted(node.value) or "").endswith("autograd"))
