@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from amprewrite import catalog
-from amprewrite.catalog import codes, with_table
+from amprewrite.code_index import codes
+from amprewrite.generated_docs import with_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "findings.md"
@@ -18,7 +19,7 @@ DOC = ROOT / "docs" / "findings.md"
 
 def test_the_committed_page_shows_the_generated_table() -> None:
     page = DOC.read_text(encoding="utf-8")
-    assert page == with_table(page), "run `python -m amprewrite.catalog` and commit the page"
+    assert page == with_table(page), "run `python -m amprewrite.generated_docs` and commit the page"
     assert len(re.findall(r"^\| AMP\d{3} \| \w+ \|", page, re.M)) == len(codes())
 
 

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from amprewrite.catalog import codes
+from amprewrite.code_index import codes
 from amprewrite.engine import rewrite_source
+from amprewrite.generated_docs import rules_page
 from amprewrite.recipes import recipes
 from amprewrite.rules.registry import Example, Rule, all_rules
 
@@ -38,10 +41,6 @@ def test_every_code_a_rule_names_is_declared() -> None:
 
 
 def test_the_committed_rules_page_is_generated_from_the_rules() -> None:
-    from pathlib import Path
-
-    from amprewrite.catalog import rules_page
-
     page = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
     assert page.read_text(encoding="utf-8") == rules_page(), (
-        "run `python -m amprewrite.catalog` and commit docs/rules.md")
+        "run `python -m amprewrite.generated_docs` and commit docs/rules.md")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.options import Options
-from amprewrite.recipes import Recipe, plain_context
+from amprewrite.recipes.recipe import Recipe, plain_context
 from amprewrite.rules import lint_fixes, revert
 from amprewrite.rules.context import RuleContext
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from amprewrite.recipes import Recipe, plain_context
+from amprewrite.recipes.recipe import Recipe, plain_context
 from amprewrite.rules import migrate_apex, migrate_cuda_amp, migrate_ray
 
 APEX_AND_RAY = Recipe(

@@ -28,7 +28,7 @@ from amprewrite.analysis.scaler_home import (
     keyword_argument,
 )
 from amprewrite.options import Options
-from amprewrite.recipes import Recipe
+from amprewrite.recipes.recipe import Recipe
 from amprewrite.rules import (
     autocast,
     checkpoint,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amprewrite.recipes import Recipe, plain_context
+from amprewrite.recipes.recipe import Recipe, plain_context
 from amprewrite.rules import float16_constants, nothing_to_do
 
 FP32_ALREADY = Recipe(

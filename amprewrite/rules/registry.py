@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from amprewrite.catalog import Code
+from amprewrite.code_index import codes
 from amprewrite.options import Options
 
 if TYPE_CHECKING:
@@ -59,7 +60,5 @@ def rule(
 
 def all_rules() -> dict[str, Rule]:
     """Every rule, after importing every rule module."""
-    from amprewrite.catalog import codes
-
     codes()  # imports every module of amprewrite.rules (and the analysis)
     return dict(RULES)
