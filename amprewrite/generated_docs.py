@@ -48,6 +48,9 @@ def rules_page() -> str:
             module = rule.plan.__module__
             lines += [f"### `{rule.name}` ({module.replace('.', '/')}.py)", ""]
             lines += [f"- {code.id} ({code.severity.value}): {code.title}" for code in rule.codes]
+            if rule.reports:
+                shown = ", ".join(code.id for code in rule.reports)
+                lines += [f"- also reports, as the rules that own them: {shown}"]
             lines.append("")
             if rule.projects:
                 shown = ", ".join(f"`fixtures/projects/{name}/`" for name in rule.projects)

@@ -38,6 +38,14 @@ class Rule:
     # Cases of fixtures/projects/ showing a rule that only acts across modules (its examples
     # are whole trees; tests/test_projects.py checks they report the rule's codes).
     projects: tuple[str, ...] = ()
+    # Codes another rule owns that this one reports too, where its recipe runs it instead of
+    # that rule (a file with nothing to rewrite still shows the training sites left alone).
+    reports: tuple[Code, ...] = ()
+
+    @property
+    def emits(self) -> tuple[Code, ...]:
+        """Every code the rule's plan may report: its own, then those it reports for others."""
+        return (*self.codes, *self.reports)
 
 
 RULES: dict[str, Rule] = {}
@@ -49,11 +57,12 @@ def rule(
     plan: Callable[[RuleContext, ModuleAnalysis], None],
     examples: tuple[Example, ...] = (),
     projects: tuple[str, ...] = (),
+    reports: tuple[Code, ...] = (),
 ) -> Rule:
     """Declare and register a rule; a name registered twice is a programming error."""
     if name in RULES:
         raise ValueError(f"rule {name!r} registered twice")
-    declared = Rule(name, codes, plan, examples, projects)
+    declared = Rule(name, codes, plan, examples, projects, reports)
     RULES[name] = declared
     return declared
 
