@@ -27,7 +27,7 @@ class Code(str):
     should do (`advice`), why it fires, and an example (None: its rule's examples show it)."""
 
     severity: Severity
-    title: str
+    title: str  # type: ignore[assignment]  # shadows str.title: the text the docs show
     advice: str
     why: str
     example: str | None
