@@ -6,6 +6,7 @@ that a rule emits only its own and those it reports)."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -86,3 +87,13 @@ def test_the_committed_rules_page_is_generated_from_the_rules() -> None:
     page = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
     assert page.read_text(encoding="utf-8") == rules_page(), (
         "run `python -m amprewrite.generated_docs` and commit docs/rules.md")
+
+
+def test_the_architecture_page_lists_every_recipe_and_its_rules_in_order() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text(
+        encoding="utf-8")
+    row = r"^  \| ([a-z0-9-]+) \| .* \| ([a-z0-9, -]+)(?:;[^|]*)? \|$"
+    header, _, *rows = re.findall(row, page, re.M)  # the header, its rule, the recipes
+    assert header == ("recipe", "rules")
+    assert rows == [(recipe.name, ", ".join(rule.name for rule in recipe.rules))
+                    for recipe in recipes()]
