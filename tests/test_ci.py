@@ -1,5 +1,5 @@
 """CI (`.ci/run`) runs exactly the README's full test command, after the linter and the type
-checker."""
+checker; the default tier's representative executions exist."""
 
 from __future__ import annotations
 

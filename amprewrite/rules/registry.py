@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from amprewrite import code_index
 from amprewrite.catalog import Code
-from amprewrite.code_index import codes
 from amprewrite.options import Options
 
 if TYPE_CHECKING:
@@ -69,5 +69,5 @@ def rule(
 
 def all_rules() -> dict[str, Rule]:
     """Every rule, after importing every rule module."""
-    codes()  # imports every module of amprewrite.rules (and the analysis)
+    code_index.codes()  # imports every module of amprewrite.rules (and the analysis)
     return dict(RULES)
