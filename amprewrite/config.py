@@ -94,7 +94,7 @@ def _value_problem(key: str, value: object) -> str | None:
                 f"write e.g. {key} = {_EXAMPLES[key]}")
     if key in _PATTERNS:
         try:
-            re.compile(value)  # type: ignore[arg-type]
+            re.compile(value)
         except re.error as exc:
             return (f"expected a regular expression, got {_toml(value)} ({exc}); "
                     f"write e.g. {key} = {_EXAMPLES[key]}")

@@ -8,7 +8,9 @@ import textwrap
 
 import click
 
-from amprewrite.catalog import Code, codes, example_diff
+from amprewrite.catalog import Code
+from amprewrite.code_index import codes
+from amprewrite.rules.registry import all_rules
 
 
 def explanation(code: Code) -> str:
@@ -32,8 +34,6 @@ def example(code: Code) -> str:
     diff (or the source it leaves as it is)."""
     if code.example is not None:
         return code.example
-    from amprewrite.rules.registry import all_rules
-
     shown = min((e for rule in all_rules().values() if code in rule.codes
                  for e in rule.examples if code in e.codes),
                 key=lambda e: len(e.before), default=None)
@@ -58,3 +58,9 @@ def explain_option(ctx: click.Context, _: click.Parameter, value: str | None) ->
         raise click.BadParameter(f"no finding code {value!r}{hint}", ctx, param_hint="--explain")
     click.echo(explanation(code))
     ctx.exit(0)
+
+
+def example_diff(before: str, after: str) -> list[str]:
+    """A rule example's rewrite as the lines of a unified diff, without its header."""
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2)
+    return list(diff)[2:]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amprewrite.catalog import ERROR, NOTE, SKIP, Severity, declare, severity_of
+from amprewrite.catalog import ERROR, NOTE, SKIP, Severity, declare
+from amprewrite.code_index import severity_of
 
 NOTHING_TO_DO = declare(
     "AMP001", NOTE, "no training step or model forward pass found",

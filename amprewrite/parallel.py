@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +17,9 @@ from amprewrite.discovery import Target
 from amprewrite.options import Options
 from amprewrite.progress import TimeLeft, weight
 from amprewrite.runner import FileOutcome, process_file
+
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar
 
 _PROGRESS_FROM = 50  # files: below this a run is quick enough without a bar
 
@@ -48,6 +52,7 @@ def _with_progress_bar(results: Iterator[FileOutcome], targets: list[Target]) ->
     left = TimeLeft(sizes)
     started = time.monotonic()
     outcomes = []
+    bar: ProgressBar[int]
     with click.progressbar(length=left.total, label="amprewrite", file=sys.stderr,
                            show_eta=False,
                            item_show_func=lambda _: left.label(time.monotonic() - started)

@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from amprewrite.catalog import Severity, lookup
+from amprewrite.catalog import Severity
+from amprewrite.code_index import lookup
 from amprewrite.findings import NOTHING_TO_DO, Finding
 from amprewrite.notebook_cells import position
 from amprewrite.runner import FileOutcome, Status

@@ -48,7 +48,7 @@ def unknown_code(prefix: str) -> str | None:
     """Why no finding code starts with `prefix` and what to write instead; None if some does."""
     import difflib
 
-    from amprewrite.catalog import codes  # imports every rule: only when codes are given
+    from amprewrite.code_index import codes  # imports every rule: only when codes are given
 
     known = codes()
     if any(code.startswith(prefix) for code in known):

@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -168,6 +169,27 @@ def run_device(env: Mapping[str, str] | None = None) -> str:
     return (env or {}).get(DEVICE_ENV) or os.environ.get(DEVICE_ENV) or "cpu"
 
 
+# Seconds a quiet 2-core machine takes for `_reference_workload` (measured: 0.053-0.056 s).
+REFERENCE_WORKLOAD_SECONDS = 0.055
+MOST_SLOWNESS = 10.0  # a timeout still ends a run that hangs
+
+
+def _reference_workload() -> float:
+    """Seconds this machine takes now for a fixed small CPU workload."""
+    start = time.perf_counter()
+    sum(i * i for i in range(1_000_000))
+    return time.perf_counter() - start
+
+
+@functools.cache
+def machine_slowness() -> float:
+    """How many times slower than a quiet 2-core machine this one runs now (measured once per
+    session, the median of three runs; between 1 and MOST_SLOWNESS): execution timeouts are
+    multiplied by it, so that a loaded machine waits longer instead of failing at random."""
+    median = sorted(_reference_workload() for _ in range(3))[1]
+    return min(max(median / REFERENCE_WORKLOAD_SECONDS, 1.0), MOST_SLOWNESS)
+
+
 def run_script(
     path: Path | str,
     args: Sequence[str] = (),
@@ -183,9 +205,11 @@ def run_script(
     (1-based; see the module docstring): meant for float16 runs, which must skip that step.
     `skip_at` makes the direct optimizer steps of those attempts no-ops (an FP32 twin).
     Never raises for a failing script: check `run.ok` / `run.returncode` (`run.explain()`
-    makes a good assert message). A run past `timeout` seconds is killed and comes back with
-    `timed_out=True` and returncode -9.
+    makes a good assert message). A run past `timeout` seconds (on a quiet 2-core machine:
+    scaled by `machine_slowness()`) is killed and comes back with `timed_out=True` and
+    returncode -9.
     """
+    timeout *= machine_slowness()
     script = Path(path).resolve()
     workdir = Path(cwd) if cwd is not None else script.parent
     with tempfile.TemporaryDirectory(prefix="amprewrite-run-") as tmp:

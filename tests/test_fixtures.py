@@ -12,10 +12,18 @@ from tests.fixture_cases import STYLES, Case, cases
 CASES = cases()
 
 
+# (fixture, style) -> its rewrite and findings: each case is rewritten once per session, not
+# once per test that reads it.
+_REWRITES: dict[tuple[str, str], tuple[bytes, str]] = {}
+
+
 def _rewrite(case: Case) -> tuple[bytes, str]:
-    result = rewrite_source(case.input.read_bytes(), case.options)
-    findings = "".join(f.format("input.py") + "\n" for f in result.findings)
-    return result.source, findings
+    key = (case.name, case.style)
+    if key not in _REWRITES:
+        result = rewrite_source(case.input.read_bytes(), case.options)
+        findings = "".join(f.format("input.py") + "\n" for f in result.findings)
+        _REWRITES[key] = result.source, findings
+    return _REWRITES[key]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

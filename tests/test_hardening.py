@@ -47,9 +47,9 @@ def test_the_codemod_never_imports_or_runs_the_script(tmp_path: Path) -> None:
 def test_the_codemod_does_not_import_torch() -> None:
     """Not at start-up, not with every rule module loaded (their examples mention torch as
     text only), not while rewriting."""
-    code = ("import sys, amprewrite.cli, amprewrite.engine, amprewrite.catalog\n"
+    code = ("import sys, amprewrite.cli, amprewrite.engine, amprewrite.code_index\n"
             "from amprewrite.options import Options\n"
-            "amprewrite.catalog.codes()\n"
+            "amprewrite.code_index.codes()\n"
             "amprewrite.engine.rewrite_source(b'import torch\\nloss.backward()\\n', Options())\n"
             "print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

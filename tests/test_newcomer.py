@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amprewrite.catalog import Severity, codes
+from amprewrite.catalog import Severity
 from amprewrite.cli import main
+from amprewrite.code_index import codes
 from amprewrite.install_source import install_command
 from amprewrite.report import IF_NOT_CONJUGATED, conditional
 from tests.test_cli import TRAINING

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amprewrite.catalog import codes
 from amprewrite.cli import main
+from amprewrite.code_index import codes
 from amprewrite.explain import explanation
 from tests.test_cli import TRAINING
 

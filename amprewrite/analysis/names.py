@@ -127,7 +127,7 @@ def iter_keys(node: cst.CSTNode) -> Iterator[str]:
 
 def target_keys(target: cst.BaseExpression) -> Iterator[str]:
     """Keys bound by an assignment target (names, attributes, tuples, starred, subscripts)."""
-    if type(target) in (cst.Tuple, cst.List):
+    if type(target) is cst.Tuple or type(target) is cst.List:
         for element in target.elements:
             yield from target_keys(element.value)
     elif type(target) is cst.StarredElement:
@@ -150,7 +150,8 @@ def bound_keys(statement: cst.CSTNode) -> set[str]:
         if type(node) is cst.Assign:
             for target in node.targets:
                 keys.update(target_keys(target.target))
-        elif type(node) in (cst.AnnAssign, cst.AugAssign, cst.For):
+        elif type(node) is cst.AnnAssign or type(node) is cst.AugAssign or type(
+                node) is cst.For:
             keys.update(target_keys(node.target))
         elif type(node) is cst.WithItem and node.asname is not None:
             keys.update(target_keys(node.asname.name))

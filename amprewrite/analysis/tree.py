@@ -53,7 +53,7 @@ NODES = node_types(cst.CSTNode)
 
 
 def _child_fields(kind: type[cst.CSTNode]) -> tuple[str, ...]:
-    names = _SOURCE_ORDER.get(kind)  # type: ignore[call-overload]
+    names = _SOURCE_ORDER.get(kind)
     if names is None:
         names = tuple(
             field.name for field in dataclasses.fields(kind)

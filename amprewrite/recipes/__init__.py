@@ -8,39 +8,14 @@ rewrite). The first recipe whose condition holds runs; the engine does the rest.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.options import Options
-from amprewrite.rules.context import RuleContext
-from amprewrite.rules.registry import Rule
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A named choice of rules, in the order they plan."""
-
-    name: str
-    applies: Callable[[ModuleAnalysis, Options], bool]
-    context: Callable[[ModuleAnalysis, Options], RuleContext]
-    rules: tuple[Rule, ...]
-    # Called once the rules have planned (module-level imports and definitions, notes about
-    # the whole file); None: nothing more.
-    finish: Callable[[RuleContext, ModuleAnalysis], None] | None = None
-    # Whether the result is rewritten again with these options (a migration); None: never.
-    rewrites_result: Callable[[Options], bool] | None = None
-
-
-def plain_context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
-    """A context with no autocast and no scaler decided: for rules that remove or lint."""
-    return RuleContext(analysis.facts, options, "")
+from amprewrite.recipes import existing_amp, frameworks, migrations, mixed_precision, nothing
+from amprewrite.recipes.recipe import Recipe
 
 
 def recipes() -> tuple[Recipe, ...]:
     """Every recipe, in the order they are tried."""
-    from amprewrite.recipes import existing_amp, frameworks, migrations, mixed_precision, nothing
-
     return (
         migrations.APEX_AND_RAY,
         frameworks.FRAMEWORK_SWITCH,  # before REVERT: at O0 it takes its own run-time choice out

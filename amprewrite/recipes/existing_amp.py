@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.options import Options
-from amprewrite.recipes import Recipe, plain_context
-from amprewrite.rules import lint_fixes, revert
+from amprewrite.recipes.recipe import Recipe, plain_context
+from amprewrite.rules import lint_fixes, revert_to_fp32
 from amprewrite.rules.context import RuleContext
 
 REVERT = Recipe(
@@ -14,7 +14,7 @@ REVERT = Recipe(
                                        and analysis.existing_amp is not None
                                        and not analysis.partial_amp),
     context=plain_context,
-    rules=(revert.RULE,),
+    rules=(revert_to_fp32.RULE,),
 )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.options import Options
-from amprewrite.recipes import Recipe, plain_context
 from amprewrite.recipes.mixed_precision import place_header
+from amprewrite.recipes.recipe import Recipe, plain_context
 from amprewrite.rules import autocast, framework_switch, trainer_apis
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.imports import torch_name

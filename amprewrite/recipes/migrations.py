@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from amprewrite.recipes import Recipe, plain_context
-from amprewrite.rules import migrate_apex, migrate_cuda_amp, migrate_ray
+from amprewrite.recipes.recipe import Recipe, plain_context
+from amprewrite.rules import migrate_apex, migrate_ray, migrate_torch_cuda_amp
 
 APEX_AND_RAY = Recipe(
     name="migrate-apex-and-ray",
@@ -18,6 +18,6 @@ DEPRECATED_TORCH_AMP = Recipe(
     name="migrate-torch-cuda-amp",
     applies=lambda analysis, options: bool(analysis.deprecated),
     context=plain_context,
-    rules=(migrate_cuda_amp.RULE,),
+    rules=(migrate_torch_cuda_amp.RULE,),
     rewrites_result=lambda options: True,
 )

@@ -28,25 +28,25 @@ from amprewrite.analysis.scaler_home import (
     keyword_argument,
 )
 from amprewrite.options import Options
-from amprewrite.recipes import Recipe
+from amprewrite.recipes.recipe import Recipe
 from amprewrite.rules import (
     autocast,
+    autocast_regions,
     checkpoint,
-    custom_function,
+    custom_functions,
     distributions,
     escapes,
     float16_constants,
+    float32_arguments,
     fsdp_policy,
-    function_regions,
     loss_scaling,
     model_casting,
-    regions,
     reproducibility,
     scaler_creation,
     scaler_threading,
-    scheduler,
+    scheduler_guard,
+    sigmoid_saturation,
     sites_left_alone,
-    unsafe_loss,
     unscaling,
 )
 from amprewrite.rules.context import RuleContext
@@ -66,7 +66,7 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     scaling = (training.found or bool(links)) and not unscaled
     needs = Needs(
         scaler=scaling and not (links and links.inherited),  # a base class builds that one
-        autocast=any(split.autocasts for split in regions.splits(analysis))
+        autocast=any(split.autocasts for split in autocast_regions.splits(analysis))
         and not analysis.escapes.stuck,
         custom_functions=bool(analysis.custom_functions),
         sharded=analysis.sharded,
@@ -84,7 +84,7 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
     ctx.level_at_run_time = bool(carried) and not keyword_argument(carried[0]) and (
         not carried[0].startswith(('"O', "'O")))  # `args.opt_level`, not `"O2"`
     if not analysis.escapes.stuck:
-        autocast.decide_hoisted_losses(ctx, [r for s in regions.splits(analysis)
+        autocast.decide_hoisted_losses(ctx, [r for s in autocast_regions.splits(analysis)
                                              for r in s.regions])
     if scaling:
         _decide_scaler(ctx, analysis)
@@ -110,7 +110,7 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
             ctx.style.scaler, ctx.initialize_arguments = defer_to_initialize(
                 ctx.style.scaler, carried)
     if options.plain:
-        scheduler.decide_scale_variables(ctx, analysis.schedulers)
+        scheduler_guard.decide_scale_variables(ctx, analysis.schedulers)
 
 
 def _linked_scaler(
@@ -201,19 +201,19 @@ MIXED_PRECISION = Recipe(
     context=_context,
     rules=(
         sites_left_alone.RULE,
-        regions.RULE,
-        function_regions.RULE,
+        autocast_regions.RULE,
+        float32_arguments.RULE,
         float16_constants.RULE,
         distributions.RULE,
         escapes.RULE,
-        unsafe_loss.RULE,
-        custom_function.RULE,
+        sigmoid_saturation.RULE,
+        custom_functions.RULE,
         scaler_creation.RULE,
         scaler_threading.RULE,
         fsdp_policy.RULE,
         model_casting.RULE,
         loss_scaling.RULE,
-        scheduler.RULE,
+        scheduler_guard.RULE,
         unscaling.RULE,
         checkpoint.RULE,
         reproducibility.RULE,

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from amprewrite.recipes import Recipe, plain_context
-from amprewrite.rules import float16_constants, nothing_to_do
+from amprewrite.recipes.recipe import Recipe, plain_context
+from amprewrite.rules import fp32_asked, model_module_constants, nothing_found
 
 FP32_ALREADY = Recipe(
     name="fp32-asked",
     applies=lambda analysis, options: options.opt_level == "O0",
     context=plain_context,
-    rules=(nothing_to_do.FP32_ASKED,),
+    rules=(fp32_asked.RULE,),
 )
 
 NOTHING_TO_REWRITE = Recipe(
     name="nothing-to-rewrite",
     applies=lambda analysis, options: not analysis.has_work,
     context=plain_context,
-    rules=(nothing_to_do.NOTHING_FOUND,),
+    rules=(nothing_found.RULE,),
 )
 
 MODEL_MODULE = Recipe(
@@ -24,5 +24,5 @@ MODEL_MODULE = Recipe(
     applies=lambda analysis, options: (options.opt_level != "O0" and not analysis.has_work
                                        and bool(analysis.model_fills.fills)),
     context=plain_context,
-    rules=(float16_constants.MODEL_MODULE_RULE,),
+    rules=(model_module_constants.RULE,),
 )

@@ -213,6 +213,60 @@ torch.save({
 """,
         codes=(SCALER_STATE_SAVED, SCALER_STATE_RESTORED),
     ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict()}, "last.pt")
+""",
+        after=None,
+        codes=(),
+    ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizers = [torch.optim.SGD(model.parameters(), lr=0.1)]
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad()
+torch.save({"optimizers": [o.state_dict() for o in optimizers]}, "last.pt")
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+scaler = GradScaler()
+
+model = torch.nn.Linear(4, 2)
+optimizers = [torch.optim.SGD(model.parameters(), lr=0.1)]
+for x, y in loader:
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    for opt in optimizers:
+        scaler.step(opt)
+        opt.zero_grad()
+    scaler.update()
+torch.save({"optimizers": [o.state_dict() for o in optimizers]}, "last.pt")
+""",
+        codes=(SCALER_NOT_NAMED,),
+    ),
 )
 
 

@@ -11,6 +11,7 @@ from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import as_float
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Replace
 
 if TYPE_CHECKING:
@@ -74,6 +75,11 @@ for x, y in loader:
     scaler.update()
 """,
         codes=(DISTRIBUTION_ARGUMENTS_CAST,),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
     ),
 )
 

@@ -144,6 +144,25 @@ for x, y in loader:
 """,
         codes=(CAST_AFTER_AUTOCAST,),
     ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    print(loss.item())
+""",
+        after=None,
+        codes=(),
+    ),
 )
 
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from amprewrite.analysis.ema_buffers import BUFFER_PRODUCT
-from amprewrite.analysis.float16_constants import FILL_NOT_FITTED, Float16Constants
+from amprewrite.analysis.float16_constants import (
+    CONSTANT_OUT_OF_RANGE,
+    FILL_NOT_FITTED,
+    Float16Constants,
+)
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.imports import torch_name
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Replace
 
 if TYPE_CHECKING:
@@ -93,19 +97,11 @@ for x, y in loader:
 """,
         codes=(FILL_FITTED,),
     ),
-)
-
-
-RULE = rule("float16-constants", (FILL_FITTED, FILL_NOT_FITTED), _plan,
-            examples=_FLOAT16_CONSTANTS_EXAMPLES)
-
-
-def _plan_model_module(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
-    fit_fills_to_dtype(ctx, analysis.model_fills)
-    ctx.notes.extend(analysis.buffer_products)
-
-
-_MODEL_MODULE_EXAMPLES = (
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
+    ),
     Example(
         before="""\
 import torch
@@ -113,36 +109,52 @@ from torch import nn
 
 
 class Attention(nn.Module):
-    def __init__(self, dim):
+    def __init__(self):
         super().__init__()
-        self.qk = nn.Linear(dim, 2 * dim)
+        self.proj = nn.Linear(8, 8)
 
-    def forward(self, x, mask):
-        q, k = self.qk(x).chunk(2, dim=-1)
-        scores = q @ k.transpose(-2, -1)
-        scores = scores.masked_fill(mask == 0, -1e9)
-        return scores.softmax(dim=-1)
+    def forward(self, q, k, mask):
+        return (q @ k).masked_fill(mask, -1e9)
+
+
+model = Attention()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for q, k, mask, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(q, k, mask), y)
+    loss.backward()
+    optimizer.step()
 """,
         after="""\
 import torch
+from amprewrite_runtime import GradScaler, autocast
 from torch import nn
 
 
 class Attention(nn.Module):
-    def __init__(self, dim):
+    def __init__(self):
         super().__init__()
-        self.qk = nn.Linear(dim, 2 * dim)
+        self.proj = nn.Linear(8, 8)
 
-    def forward(self, x, mask):
-        q, k = self.qk(x).chunk(2, dim=-1)
-        scores = q @ k.transpose(-2, -1)
-        scores = scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min)
-        return scores.softmax(dim=-1)
+    def forward(self, q, k, mask):
+        return (q @ k).masked_fill(mask, -1e9)
+
+
+model = Attention()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for q, k, mask, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(q, k, mask), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
 """,
-        codes=(FILL_FITTED,),
+        codes=(FILL_NOT_FITTED,),
     ),
 )
 
 
-MODEL_MODULE_RULE = rule("model-module-constants", (FILL_FITTED, FILL_NOT_FITTED, BUFFER_PRODUCT),
-                         _plan_model_module, examples=_MODEL_MODULE_EXAMPLES)
+RULE = rule("float16-constants", (FILL_FITTED, FILL_NOT_FITTED, CONSTANT_OUT_OF_RANGE), _plan,
+            examples=_FLOAT16_CONSTANTS_EXAMPLES)

@@ -44,7 +44,8 @@ from amprewrite.rules.edits import (
 )
 from amprewrite.rules.imports import RUNTIME_MODULE, runtime_import, torch_name
 from amprewrite.rules.registry import Example, rule
-from amprewrite.rules.revert import MIXED_PRECISION_REMOVED
+from amprewrite.rules.revert_to_fp32 import MIXED_PRECISION_REMOVED
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Replace
 
 if TYPE_CHECKING:
@@ -370,11 +371,15 @@ for x, y in loader:
 """,
         codes=(FRAMEWORK_SWITCHED_ON,), options=Options(dtype="float16"),
     ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
+    ),
 )
 
 
 RULE = rule("framework-switch", (FRAMEWORK_SWITCHED_ON, FRAMEWORK_PRECISION_SET,
                                  FRAMEWORK_OWNS_PRECISION, FRAMEWORK_SETTING_OUT_OF_SIGHT,
-                                 FRAMEWORK_BYPASSED,
-                                 MIXED_PRECISION_REMOVED), _plan,
-            examples=_FRAMEWORK_SWITCH_EXAMPLES)
+                                 FRAMEWORK_BYPASSED), _plan,
+            examples=_FRAMEWORK_SWITCH_EXAMPLES, reports=(MIXED_PRECISION_REMOVED,))

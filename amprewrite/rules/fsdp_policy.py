@@ -25,6 +25,7 @@ from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import append_in_layout, keyword
 from amprewrite.rules.imports import torch_name
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Insert, Replace
 
 if TYPE_CHECKING:
@@ -202,6 +203,44 @@ for x, y in loader:
     optimizer.step()
 """,
         codes=(FSDP_POLICY_ADDED,), options=Options(dtype="bfloat16", plain=True),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
+    ),
+    Example(
+        before="""\
+import torch
+from torch.distributed.fsdp import fully_shard
+
+model = build()
+fully_shard(model, mp_policy=policy)
+optimizer = torch.optim.AdamW(model.parameters())
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+from torch.distributed.fsdp import fully_shard
+
+model = build()
+fully_shard(model, mp_policy=policy)
+optimizer = torch.optim.AdamW(model.parameters())
+scaler = GradScaler(sharded=True)
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(FSDP_POLICY_SET,),
     ),
 )
 

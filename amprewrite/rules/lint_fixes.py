@@ -22,6 +22,7 @@ from amprewrite.rules.checkpoint import checkpoint_scaler
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.loss_scaling import add_updates, route_steps, scale_backwards
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.rules.unscaling import unscale_before_use
 
 if TYPE_CHECKING:
@@ -81,6 +82,11 @@ for x, y in loader:
 """,
         codes=(CLIPPING_WITHOUT_UNSCALE,),
     ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(ALREADY_MIXED_PRECISION,),
+    ),
 )
 
 
@@ -88,7 +94,8 @@ RULE = rule(
     "lint-fixes",
     (STEP_BYPASSES_SCALER, STEP_WITHOUT_UPDATE, CLIPPING_WITHOUT_UNSCALE, BACKWARD_IN_AUTOCAST,
      CHECKPOINT_WITHOUT_SCALER, BCE_IN_AUTOCAST, HALF_CAST_NEXT_TO_SCALER, UNSCALED_BACKWARD,
-     ALREADY_MIXED_PRECISION, MANUAL_CAST),
+     ALREADY_MIXED_PRECISION),
     _plan,
     examples=_LINT_FIXES_EXAMPLES,
+    reports=(MANUAL_CAST,),
 )

@@ -12,6 +12,7 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Insert, InsertAfterSmall, Replace
 
 if TYPE_CHECKING:
@@ -170,6 +171,11 @@ for x, y in loader:
     scaler.update()
 """,
         codes=(BACKWARD_SCALED, STEP_ROUTED, UPDATE_ADDED),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
     ),
 )
 

@@ -17,6 +17,7 @@ from amprewrite.options import OPT_LEVELS, Options
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import as_receiver, in_place_of, remove, without
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Replace
 
 if TYPE_CHECKING:
@@ -234,6 +235,11 @@ for x, y in loader:
     scaler.update()
 """,
         codes=(APEX_INITIALIZE_MIGRATED, APEX_SCALE_LOSS_MIGRATED),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
     ),
 )
 

@@ -14,6 +14,7 @@ from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import as_receiver, remove
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Replace
 
 if TYPE_CHECKING:
@@ -112,6 +113,11 @@ def train_func(config):
         scaler.update()
 """,
         codes=(RAY_AMP_MIGRATED,),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
     ),
 )
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from amprewrite import code_index
 from amprewrite.catalog import Code
 from amprewrite.options import Options
 
@@ -37,6 +38,14 @@ class Rule:
     # Cases of fixtures/projects/ showing a rule that only acts across modules (its examples
     # are whole trees; tests/test_projects.py checks they report the rule's codes).
     projects: tuple[str, ...] = ()
+    # Codes another rule owns that this one reports too, where its recipe runs it instead of
+    # that rule (a file with nothing to rewrite still shows the training sites left alone).
+    reports: tuple[Code, ...] = ()
+
+    @property
+    def emits(self) -> tuple[Code, ...]:
+        """Every code the rule's plan may report: its own, then those it reports for others."""
+        return (*self.codes, *self.reports)
 
 
 RULES: dict[str, Rule] = {}
@@ -48,18 +57,17 @@ def rule(
     plan: Callable[[RuleContext, ModuleAnalysis], None],
     examples: tuple[Example, ...] = (),
     projects: tuple[str, ...] = (),
+    reports: tuple[Code, ...] = (),
 ) -> Rule:
     """Declare and register a rule; a name registered twice is a programming error."""
     if name in RULES:
         raise ValueError(f"rule {name!r} registered twice")
-    declared = Rule(name, codes, plan, examples, projects)
+    declared = Rule(name, codes, plan, examples, projects, reports)
     RULES[name] = declared
     return declared
 
 
 def all_rules() -> dict[str, Rule]:
     """Every rule, after importing every rule module."""
-    from amprewrite.catalog import codes
-
-    codes()  # imports every module of amprewrite.rules (and the analysis)
+    code_index.codes()  # imports every module of amprewrite.rules (and the analysis)
     return dict(RULES)

@@ -12,6 +12,7 @@ from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import append_arguments, keyword
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Insert, Replace
 
 if TYPE_CHECKING:
@@ -137,6 +138,11 @@ if __name__ == "__main__":
     main()
 """,
         codes=(REPRODUCIBILITY_ENABLED, LOADER_SEEDED), options=Options(reproducible=True),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(), options=Options(reproducible=True),
     ),
 )
 

@@ -11,6 +11,7 @@ from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.line_wrapping import fitted_to_line
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Insert
 
 if TYPE_CHECKING:
@@ -91,6 +92,11 @@ for x, y in loader:
     scaler.update()
 """,
         codes=(SCALER_CREATED,), options=Options(plain=True),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
     ),
 )
 

@@ -11,6 +11,7 @@ from amprewrite.analysis.fp32_forwards import FORWARD_LEFT_FP32
 from amprewrite.analysis.gram_matrices import GRAM_MATRIX
 from amprewrite.analysis.hazards import AUTOGRAD_GRAD, MANUAL_CAST
 from amprewrite.analysis.scaler_protocol import GRADIENTS_WITHOUT_OPTIMIZER, PROTOCOL_NOT_KEPT
+from amprewrite.analysis.stored_forwards import FORWARD_RUNS_ELSEWHERE
 from amprewrite.analysis.training_step import (
     AUTOGRAD_BACKWARD,
     BACKWARD_IN_CLOSURE,
@@ -29,6 +30,13 @@ from amprewrite.analysis.unguarded_forwards import FORWARD_WITHOUT_NO_GRAD
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.registry import Example, rule
 
+# The codes of the training step's sites left alone (`analysis.training.notes`).
+TRAINING_SITES = (
+    CLOSURE_STEP, BACKWARD_WITHOUT_STEP, UNKNOWN_STEP_RECEIVER, LOSS_COMPUTED_ELSEWHERE,
+    BACKWARD_IN_CLOSURE, STEP_WITHOUT_BACKWARD, AUTOGRAD_BACKWARD, BACKWARD_WITH_ARGUMENT,
+    OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
+    GRADIENTS_WITHOUT_OPTIMIZER, BACKWARD_OF_NON_TENSOR, TWO_STEP_OPTIMIZER,
+)
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     produced = analysis.function_regions.produced  # autocast where the loss is computed
@@ -94,17 +102,31 @@ for i, (x, y) in enumerate(loader):
 """,
         codes=(OPAQUE_CALL_ON_SCALED_GRADIENTS,),
     ),
+    Example(
+        before="""\
+import torch
+from sam import SAM
+
+model = torch.nn.Linear(4, 2)
+optimizer = SAM(model.parameters(), torch.optim.SGD, lr=0.1)
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.first_step(zero_grad=True)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.second_step(zero_grad=True)
+""",
+        after=None,
+        codes=(TWO_STEP_OPTIMIZER,),
+    ),
 )
 
 
 RULE = rule(
     "sites-left-alone",
-    (CLOSURE_STEP, BACKWARD_WITHOUT_STEP, UNKNOWN_STEP_RECEIVER, LOSS_COMPUTED_ELSEWHERE,
-     BACKWARD_IN_CLOSURE, STEP_WITHOUT_BACKWARD, AUTOGRAD_BACKWARD, BACKWARD_WITH_ARGUMENT,
-     OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
-     GRADIENTS_WITHOUT_OPTIMIZER, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST,
-     APEX_IMPORT_UNUSED, GRAM_MATRIX, BACKWARD_OF_NON_TENSOR, FORWARD_LEFT_FP32,
-     TWO_STEP_OPTIMIZER, BUFFER_PRODUCT, FORWARD_WITHOUT_NO_GRAD),
+    (*TRAINING_SITES, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST, APEX_IMPORT_UNUSED,
+     GRAM_MATRIX, FORWARD_LEFT_FP32, BUFFER_PRODUCT, FORWARD_WITHOUT_NO_GRAD,
+     FORWARD_RUNS_ELSEWHERE),
     _plan,
     examples=_SITES_LEFT_ALONE_EXAMPLES,
 )

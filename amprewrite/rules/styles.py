@@ -8,7 +8,7 @@ from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import FreshNames
 from amprewrite.analysis.scaler_home import keyword_argument
 from amprewrite.options import Options
-from amprewrite.rules.custom_function import Decorators
+from amprewrite.rules.custom_functions import Decorators
 from amprewrite.rules.imports import runtime_import, torch_name
 
 

@@ -18,6 +18,7 @@ from amprewrite.rules.edits import append_arguments, keyword
 from amprewrite.rules.imports import torch_name
 from amprewrite.rules.loss_scaling import UPDATE_ADDED
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Insert, Replace
 
 if TYPE_CHECKING:
@@ -129,8 +130,14 @@ def run(net, optimizer, criterion, experiment, train_loader):
 """,
         codes=(TRAINER_SCALER_ADDED,),
     ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
+    ),
 )
 
 
 RULE = rule("trainer-apis", (TRAINER_SCALER_ADDED, TRAINER_WITHOUT_INIT), _plan,
-            examples=_TRAINER_APIS_EXAMPLES)
+            examples=_TRAINER_APIS_EXAMPLES,
+            reports=(FORWARD_WRAPPED, EVALUATION_WRAPPED, UPDATE_ADDED))

@@ -61,7 +61,7 @@ def unscales_low_precision() -> bool:
 class AnyPrecisionGradScaler(torch.amp.GradScaler):
     """Unscales float16 gradients too. Use it only where `unscales_low_precision()`."""
 
-    def _unscale_grads_(  # type: ignore[override]
+    def _unscale_grads_(
         self, optimizer: torch.optim.Optimizer, inv_scale: torch.Tensor,
         found_inf: torch.Tensor, allow_fp16: bool,
     ) -> Any:

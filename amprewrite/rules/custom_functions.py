@@ -12,6 +12,7 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Replace
 
 if TYPE_CHECKING:
@@ -100,6 +101,11 @@ class Square(torch.autograd.Function):
         return 2 * x * grad
 """,
         codes=(FUNCTION_DECORATED,),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
     ),
 )
 

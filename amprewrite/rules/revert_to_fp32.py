@@ -173,6 +173,21 @@ for x, y in loader:
 """,
         codes=(MIXED_PRECISION_REMOVED,), options=Options(opt_level="O0"),
     ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after=None,
+        codes=(), options=Options(opt_level="O0"),
+    ),
 )
 
 

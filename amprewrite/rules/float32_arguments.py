@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from amprewrite.analysis.function_regions import FunctionRegions
+from amprewrite.analysis.function_regions import OWN_BACKWARD_KEPT_OUT, FunctionRegions
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import as_float
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Replace
 
 if TYPE_CHECKING:
@@ -92,8 +93,13 @@ for z in loader:
 """,
         codes=(CAST_WHERE_LEAVING_AUTOCAST,),
     ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
+    ),
 )
 
 
-RULE = rule("float32-arguments", (CAST_WHERE_LEAVING_AUTOCAST,), _plan,
+RULE = rule("float32-arguments", (CAST_WHERE_LEAVING_AUTOCAST, OWN_BACKWARD_KEPT_OUT), _plan,
             examples=_FLOAT32_ARGUMENTS_EXAMPLES)

@@ -218,6 +218,24 @@ for x, y in loader:
 """,
         codes=(SIGMOID_INPUT_CAST,),
     ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        after=None,
+        codes=(),
+    ),
 )
 
 

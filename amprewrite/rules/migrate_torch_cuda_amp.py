@@ -14,6 +14,7 @@ from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import keyword
 from amprewrite.rules.registry import Example, rule
+from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Replace
 
 if TYPE_CHECKING:
@@ -135,6 +136,11 @@ for x, y in loader:
     scaler.update()
 """,
         codes=(CUDA_AMP_MIGRATED,),
+    ),
+    Example(
+        before=MIXED_PRECISION_ALREADY,
+        after=None,
+        codes=(),
     ),
 )
 

@@ -98,6 +98,28 @@ for x, y in loader:
 """,
         codes=(SCHEDULER_GUARDED,),
     ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler()
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scale = scaler.get_scale()
+    scaler.update()
+    if scale <= scaler.get_scale():
+        scheduler.step()
+""",
+        after=None,
+        codes=(),
+    ),
 )
 
 

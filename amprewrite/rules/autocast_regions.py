@@ -16,7 +16,7 @@ from amprewrite.rules.autocast import (
 )
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.registry import Example, rule
-from amprewrite.rules.unsafe_loss import BCE_MOVED_OUT, float32_inputs
+from amprewrite.rules.sigmoid_saturation import BCE_MOVED_OUT, float32_inputs
 
 
 def splits(analysis: ModuleAnalysis) -> list[SplitRegions]:
@@ -74,6 +74,26 @@ for x, y in loader:
     scaler.update()
 """,
         codes=(FORWARD_WRAPPED, BCE_MOVED_OUT),
+    ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+with torch.no_grad(), torch.autocast("cuda"):
+    print(model(x_test))
+""",
+        after=None,
+        codes=(),
     ),
 )
 
