@@ -27,9 +27,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 # The execution tests train rewritten scripts on the CPU: the slow tier (CI runs it, with
-# `pytest -q -m "slow or not slow"`). These few stay in the default tier as representatives:
-# a fixture trained in both dtypes, the overflow a float16 run must skip, inference, a
-# migration.
+# `pytest -q -m "slow or not slow" -n 2 --dist loadfile`). These few stay in the default
+# tier as representatives: a fixture trained in both dtypes, the overflow a float16 run must
+# skip, inference, a migration.
 FAST_EXECUTIONS = frozenset({
     "tests/test_execute.py::test_rewrite_trains_in_low_precision_like_fp32"
     "[mnist_functions-O1-torch.bfloat16]",

@@ -8,7 +8,7 @@ from pathlib import Path
 from tests.conftest import FAST_EXECUTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
-FULL_SUITE = 'pytest -q -m "slow or not slow"'
+FULL_SUITE = 'pytest -q -m "slow or not slow" -n 2 --dist loadfile'
 
 
 def test_ci_runs_the_readme_full_test_command() -> None:
