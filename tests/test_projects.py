@@ -262,11 +262,17 @@ def test_ctrl_c_while_a_group_is_written_takes_effect_once_it_is_whole(
             signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(fileio.Staged, "commit", commit)
-    code, output = _run(work, ".")
+    # Python's own Ctrl-C handler, as in a terminal: a pytest-xdist worker (or a background
+    # job) ignores SIGINT, and the rewrite restores whatever handler it found.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code, output = _run(work, ".")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert code == 130, output
     after = _tree(work)
     assert all(after[name] != before[name] for name in ("train.py", "trainer.py"))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_imports_resolve_relative_absolute_and_from_the_script_directory(tmp_path: Path) -> None:
