@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import sys
@@ -24,6 +25,7 @@ from amprewrite.parallel import run_files
 from amprewrite.report import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_PIPE_CLOSED,
     Verbosity,
     apply_hint,
     exit_code,
@@ -134,7 +136,7 @@ def main(
 
     Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
     0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written (or
-    an internal error), 130 interrupted (Ctrl-C).
+    an internal error), 130 interrupted (Ctrl-C), 141 standard output closed early (`| head`).
 
     `amprewrite compare -- python train.py` runs a rewritten script as FP32 and with AMP and
     compares losses and speed (see `amprewrite compare --help`; a file named `compare` is
@@ -191,6 +193,9 @@ def _exit_codes() -> Iterator[None]:
         click.echo("amprewrite: interrupted; each file is as it was or completely rewritten",
                    err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:  # `amprewrite --diff . | head`: stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        sys.exit(EXIT_PIPE_CLOSED)
     except Exception as exc:
         click.echo(f"amprewrite: internal error ({type(exc).__name__}: {exc}); please report "
                    "it", err=True)

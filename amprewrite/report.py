@@ -24,6 +24,7 @@ EXIT_CHANGED = 1
 EXIT_USAGE = 2  # raised through click.UsageError, which exits with it
 EXIT_FAILED = 123  # a file could not be processed, or the run itself failed
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+EXIT_PIPE_CLOSED = 141  # the reader of standard output went away (`| head`), as for SIGPIPE
 
 
 class Verbosity(enum.IntEnum):

@@ -145,6 +145,21 @@ def test_sigint_exits_without_a_traceback(tmp_path: Path) -> None:
                                  "completely rewritten")
 
 
+@pytest.mark.skipif(os.name != "posix", reason="POSIX pipes")
+def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path: Path) -> None:
+    """`amprewrite --diff . | head -1`: no "internal error", exit 141 as for SIGPIPE."""
+    for index in range(40):
+        (tmp_path / f"t{index}.py").write_bytes(TRAINING)
+    process = subprocess.Popen([sys.executable, "-m", "amprewrite", "--diff", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` does
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141, err
+    assert "internal error" not in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(("raised", "code", "message"), [
     (KeyboardInterrupt(), 130, "amprewrite: interrupted; each file is as it was"),
     (KeyError("boom"), 123, "amprewrite: internal error (KeyError: 'boom'); please report it"),
