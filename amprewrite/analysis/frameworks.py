@@ -90,6 +90,9 @@ def switch_kinds() -> list[ValueSwitch | FlagSwitch]:
 
 
 _DEEPSPEED_CONFIG_KEYWORDS = ("config", "config_params")
+# The packages of everything above: a module importing none of them has no framework switch.
+_FRAMEWORK_PACKAGES = frozenset({"accelerate", "lightning", "pytorch_lightning", "transformers",
+                                 "trl", "deepspeed"})
 _ARGUMENT_PARSERS = frozenset({"transformers.HfArgumentParser", "trl.TrlParser"})
 COMMAND_LINE = "comes from the command line"
 
@@ -128,10 +131,13 @@ def framework_settings(facts: ModuleFacts, trains_a_loop: Callable[[], bool]) ->
     """The framework owning the module's precision, and where to switch it; `trains_a_loop()`:
     whether the module has a training step of its own (its Trainer arguments are then only
     hyperparameters, and the loop gets the regular rewrite)."""
+    if not any(name.split(".", 1)[0] in _FRAMEWORK_PACKAGES
+               for name in facts.imports.aliases.values()):
+        return FrameworkSettings(None, [], [])  # every switch, owner and config is imported
     configs = _config_classes(facts)
     switches, hidden = [], []
-    for site in facts.calls:
-        name = _qualified(site.call.func, facts)
+    called = [(site, _qualified(site.call.func, facts)) for site in facts.calls]
+    for site, name in called:
         switch = _CONSTRUCTORS.get(name) or (_HF_FLAGS if name in configs else None)
         if switch is not None:
             found = _constructor_switch(site.call, name, switch, configs.get(name))
@@ -143,7 +149,7 @@ def framework_settings(facts: ModuleFacts, trains_a_loop: Callable[[], bool]) ->
         elif name in _ARGUMENT_PARSERS and (
                 parsed := _parsed_training_arguments(site.call, facts, configs)):
             hidden.append(HiddenSetting(site.call, f"`{parsed}`", COMMAND_LINE, _HF_FLAGS))
-    framework = _owner(facts)
+    framework = _owner(facts, [name for _, name in called])
     if framework is None and any(isinstance(s.switch, FlagSwitch) for s in [*switches, *hidden]
                                  ) and not trains_a_loop():
         framework = "transformers"  # arguments for a Trainer built in another module
@@ -169,12 +175,12 @@ def _parsed_training_arguments(
     return None
 
 
-def _owner(facts: ModuleFacts) -> str | None:
-    """The framework whose trainer the module imports, builds or subclasses."""
+def _owner(facts: ModuleFacts, called: list[str]) -> str | None:
+    """The framework whose trainer the module imports, builds or subclasses; `called`: the
+    qualified names of the module's calls."""
     names = [*facts.imports.aliases.values(),
              *(facts.imports.resolve(base.value) or "" for cls in facts.classes
-               for base in cls.bases),
-             *(facts.imports.resolve(site.call.func) or "" for site in facts.calls)]
+               for base in cls.bases), *called]
     for name in names:
         if name in _OWNERS:
             return _OWNERS[name]
