@@ -12,6 +12,7 @@ from amprewrite.analysis.names import FreshNames
 from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options
+from amprewrite.rules.imports import torch_name
 from amprewrite.transform import Plan
 
 if TYPE_CHECKING:
@@ -58,6 +59,15 @@ class RuleContext:
         """The columns added code may take: the project's configured line length, else the
         file's own (`ModuleFacts.line_limit`)."""
         return self.options.line_length or self.facts.line_limit
+
+    def torch(self) -> str:
+        """The module's name for torch; `import torch` joins the style's imports when it has
+        none."""
+        assert self.style is not None
+        name = torch_name(self.facts)
+        if name is None and "import torch" not in self.style.imports:
+            self.style.imports.insert(0, "import torch")
+        return name or "torch"
 
     def parse_statement(self, code: str) -> cst.SimpleStatementLine:
         statement = cst.parse_statement(code, config=self.facts.module.config_for_parsing)

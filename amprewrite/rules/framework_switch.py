@@ -168,11 +168,8 @@ def _run_time_choice(ctx: RuleContext) -> str:
         code, local = runtime_import(ctx.facts, [_PREFERS_BFLOAT16], ctx.names)
         ctx.style.imports.append(code)
         return f"{local[_PREFERS_BFLOAT16]}()"
-    torch = torch_name(ctx.facts)
-    if torch is None:
-        ctx.style.imports.insert(0, "import torch")
     name = ctx.names.fresh(_PLAIN_CHOICE)
-    ctx.style.definitions.append(f"{name} = {_plain_choice(torch or 'torch')}")
+    ctx.style.definitions.append(f"{name} = {_plain_choice(ctx.torch())}")
     return name
 
 
@@ -186,18 +183,9 @@ def _new_items(
 ) -> list[cst.Arg | cst.DictElement]:
     gpu = None
     if isinstance(switch.switch, FlagSwitch) and not switch.on_cpu:
-        gpu = f"{_torch(ctx)}.cuda.is_available()"
+        gpu = f"{ctx.torch()}.cuda.is_available()"
     return [_parse_item(ctx, code)
             for code in _item_codes(switch.switch, dtype, prefers, gpu, switch.on_cpu)]
-
-
-def _torch(ctx: RuleContext) -> str:
-    """The module's name for torch, imported when it has none."""
-    assert ctx.style is not None
-    torch = torch_name(ctx.facts)
-    if torch is None and "import torch" not in ctx.style.imports:
-        ctx.style.imports.insert(0, "import torch")
-    return torch or "torch"
 
 
 def _item_codes(

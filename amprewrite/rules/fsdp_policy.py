@@ -23,7 +23,6 @@ from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import append_in_layout, keyword
-from amprewrite.rules.imports import torch_name
 from amprewrite.rules.registry import Example, rule
 from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Insert, Replace
@@ -52,10 +51,7 @@ FSDP_POLICY_SET = declare(
 def add_policies(ctx: RuleContext, wraps: list[ShardingWrap]) -> None:
     """Each wrap without a policy gets one, bound once per function (or module) before the
     first statement holding such a wrap."""
-    assert ctx.style is not None
-    torch = torch_name(ctx.facts)
-    if torch is None and "import torch" not in ctx.style.imports:
-        ctx.style.imports.insert(0, "import torch")
+    torch = ctx.torch()
     imported: dict[str, str] = {}
     bound: dict[tuple[cst.FunctionDef | None, str], str] = {}
     for wrap in wraps:
@@ -69,7 +65,7 @@ def add_policies(ctx: RuleContext, wraps: list[ShardingWrap]) -> None:
         if scope not in bound:
             policy = imported.get(wrap.policy_class) or _import_policy(ctx, wrap.policy_class)
             imported[wrap.policy_class] = policy
-            bound[scope] = _bind_policy(ctx, wrap, policy, torch or "torch")
+            bound[scope] = _bind_policy(ctx, wrap, policy, torch)
         argument = keyword(wrap.keyword, cst.Name(bound[scope]))
         ctx.plan.replaces.append(Replace(wrap.call, append_in_layout(
             wrap.call, [argument], ctx.facts, ctx.line_limit)))
