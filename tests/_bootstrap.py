@@ -175,8 +175,7 @@ def _install_observers(record: dict) -> None:
 
     original_scale = grad_scaler.GradScaler.scale
 
-    def scale(self, outputs):
-        result = original_scale(self, outputs)
+    def tag(result, outputs):
         if (
             isinstance(outputs, torch.Tensor)
             and isinstance(result, torch.Tensor)
@@ -184,6 +183,13 @@ def _install_observers(record: dict) -> None:
         ):
             with contextlib.suppress(AttributeError, RuntimeError):  # exotic subclasses
                 result._amprewrite_unscaled = outputs.detach()
+        elif isinstance(outputs, (list, tuple)) and isinstance(result, (list, tuple)):
+            for scaled, output in zip(result, outputs, strict=True):  # `scaler.scale([l1, l2])`
+                tag(scaled, output)
+
+    def scale(self, outputs):
+        result = original_scale(self, outputs)
+        tag(result, outputs)
         return result
 
     scale.__wrapped__ = original_scale

@@ -90,6 +90,8 @@ RUNNABLE = [
     Runnable("rule_learner_object_backward"),
     Runnable("rule_escape_samples_and_distances", rtol=0.1, fp16_rtol=0.1),
     Runnable("rule_seeded_backward_wgan", rtol=0.15, fp16_rtol=0.15),
+    Runnable("rule_autograd_backward"),
+    Runnable("rule_autograd_backward", style="O1_plain"),
     Runnable("rule_optimizers_built_when_training"),
     Runnable("rule_demo_backward_before_loop"),
     Runnable("rule_opaque_clip_optional_optimizer"),

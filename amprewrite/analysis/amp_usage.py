@@ -188,7 +188,8 @@ def _classify_call(
     models: dict[str, str],
 ) -> None:
     func = call.func
-    method = func.attr.value if isinstance(func, cst.Attribute) else ""
+    method = (func.attr.value if isinstance(func, cst.Attribute)
+              else func.value if isinstance(func, cst.Name) else "")  # `backward(...)`
     for arg in call.args:
         value = dotted(arg.value) or ""
         if arg.keyword is not None and (

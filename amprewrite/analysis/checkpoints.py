@@ -9,7 +9,7 @@ import libcst as cst
 
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.kinds import KindTable
-from amprewrite.analysis.names import dotted
+from amprewrite.analysis.names import dotted, receiver_key
 from amprewrite.analysis.tree import descendants
 
 
@@ -29,6 +29,7 @@ class RestoredState:
 
     site: CallSite
     checkpoint: cst.BaseExpression  # `checkpoint`, evaluated again for the scaler's entry
+    optimizer: str | None  # the optimizer restored, as a name or attribute
 
 
 @dataclass
@@ -60,14 +61,14 @@ def analyse_checkpoints(facts: ModuleFacts, kinds: KindTable) -> Checkpoints:
                 alone.append(site)
             else:
                 unpaired.extend(_unpaired_states(site.call, entries, kinds))
-        elif _is_optimizer_load(site.call, kinds):
+        elif (optimizer := _loaded_optimizer(site.call, kinds)) is not None:
             state = site.call.args[0].value
             on_own_line = site.small is not None and (
                 facts.small_containers.get(site.small) is site.statement
             )
             if (on_own_line and isinstance(state, cst.Subscript)
                     and dotted(state.value) is not None):
-                restored.append(RestoredState(site, state.value))
+                restored.append(RestoredState(site, state.value, receiver_key(optimizer)))
     return Checkpoints(_unique(saved), restored, key, alone, unpaired)
 
 
@@ -91,14 +92,13 @@ def _is_save(call: cst.Call, facts: ModuleFacts) -> bool:
     return name is not None and "save" in name.rsplit(".", 1)[-1].lower()
 
 
-def _is_optimizer_load(call: cst.Call, kinds: KindTable) -> bool:
+def _loaded_optimizer(call: cst.Call, kinds: KindTable) -> cst.BaseExpression | None:
+    """`optimizer` of `optimizer.load_state_dict(state)`."""
     func = call.func
-    return (
-        isinstance(func, cst.Attribute)
-        and func.attr.value == "load_state_dict"
-        and len(call.args) == 1
-        and kinds.is_optimizer(func.value)
-    )
+    if (isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"
+            and len(call.args) == 1 and kinds.is_optimizer(func.value)):
+        return func.value
+    return None
 
 
 def _is_optimizer_state(node: cst.BaseExpression, kinds: KindTable) -> bool:

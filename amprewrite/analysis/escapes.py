@@ -126,7 +126,7 @@ def find_escapes(
     for region in regions:
         in_region.update(id(s) for s in region.statements)
         if region.hoist is not None:  # `crit(out, y).backward()`: the loss moves into it
-            in_region.add(id(region.hoist.call.func.value))  # type: ignore[attr-defined]
+            in_region.add(id(region.hoist.loss))
     in_region.update(id(node) for node in autocast_expressions)
     scopes = _Scopes(facts, kinds, in_region, {id(n) for n in float32_already})
     scopes.run(record=False)  # function summaries: which return low-precision values

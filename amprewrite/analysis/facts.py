@@ -6,7 +6,7 @@ enclosing function/class), imports, calls, assignments and every name used.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -49,6 +49,11 @@ class Binding:
     value: cst.BaseExpression
     statement: Statement
     function: cst.FunctionDef | None
+
+
+def body(block: Block) -> Sequence[Statement]:
+    """The statements of `block` (libcst types them as the `BaseStatement` both derive from)."""
+    return block.body  # type: ignore[return-value]
 
 
 SHORTEST_LINE_LIMIT = 79  # PEP 8

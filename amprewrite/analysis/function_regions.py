@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
+from amprewrite.analysis.facts import Block, ModuleFacts, Statement
 from amprewrite.analysis.forward import computes
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import bound_keys, iter_keys, walk
+from amprewrite.analysis.sites import BackwardSite
 from amprewrite.analysis.statements import calls_in
 from amprewrite.analysis.summaries import Summaries, is_autograd_call, summaries_of
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps, region_before
@@ -204,7 +205,7 @@ class _Cutter:
         return summary.forward or summary.loss
 
     def _kept(
-        self, block: Block, start: int, end: int, hoist: CallSite | None
+        self, block: Block, start: int, end: int, hoist: BackwardSite | None
     ) -> list[Region]:
         """The run `start`..`end` as a region, trimmed to its forward pass, if it has one."""
         while start <= end and not computes(block.body[start], self.facts, self.kinds):
@@ -269,7 +270,7 @@ def _move_to_producers(
     model and store what the loss reads (`policy.saved_log_probs.append(m.log_prob(a))`)."""
     kept = list(regions)
     for site in training.backwards:
-        needed = set(iter_keys(site.call.func.value))  # type: ignore[attr-defined]
+        needed = site.keys
         region = region_before(site.statement, needed, facts, kinds)
         if region is not None and any(summaries.of_node(s, site.function).forward
                                       for s in region.statements):

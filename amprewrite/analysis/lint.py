@@ -14,7 +14,8 @@ from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.hazards import low_precision_casts, manual_casts
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import dotted
-from amprewrite.analysis.statements import is_backward_call, is_step_call
+from amprewrite.analysis.sites import BackwardSite, StepSite, call_sites, scaled_step
+from amprewrite.analysis.statements import is_backward_call
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.tree import descendants
 from amprewrite.analysis.unsafe_losses import unsafe_calls
@@ -120,9 +121,9 @@ class Lint:
 
     scaler: str | None  # the script's scaler (the first one), which fixes use
     notes: list[Note] = field(default_factory=list)  # every mistake found
-    unscaled_backwards: list[CallSite] = field(default_factory=list)  # fixable: scale them
-    bypassing_steps: list[CallSite] = field(default_factory=list)  # fixable: scaler.step(opt)
-    missing_update_after: list[CallSite] = field(default_factory=list)  # fixable: update()
+    unscaled_backwards: list[BackwardSite] = field(default_factory=list)  # fixable: scale them
+    bypassing_steps: list[StepSite] = field(default_factory=list)  # fixable: scaler.step(opt)
+    missing_update_after: list[StepSite] = field(default_factory=list)  # fixable: update()
     missing_unscales: list[Unscale] = field(default_factory=list)  # fixable: unscale_ first
     checkpoints: Checkpoints | None = None  # fixable: saves without the scaler's state
 
@@ -150,25 +151,28 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
         found.notes.extend(Note(HALF_CAST_NEXT_TO_SCALER, cast.call, f"`{cast.text}` casts by "
                                 f"hand next to a grad scaler; {cast.harm}")
                            for cast in low_precision_casts(facts))
-    scaled_steps = [s for s in facts.calls if _scaler_call(s.call, usage, "step")]
+    sites = call_sites(facts, kinds)
+    scaled_steps = [scaled_step(s, facts, kinds) for s in facts.calls
+                    if _scaler_call(s.call, usage, "step")]
     updates = [s for s in facts.calls if _scaler_call(s.call, usage, "update")]
     unscales = [s for s in facts.calls if _scaler_call(s.call, usage, "unscale_")]
     training = {s.function for s in scaled_steps}
-    for site in facts.calls:
-        if may_be_unbound(scaler, site.statement, facts):
+    for call_site in facts.calls:
+        typed = sites.at(call_site.call)
+        if typed is None or typed.function not in training or typed.call.args:
+            continue
+        if may_be_unbound(scaler, typed.statement, facts):
             continue  # the FP32 path of AMP behind a flag: `if args.amp: scaler = ...`
-        if is_backward_call(site.call) and not site.call.args and site.function in training:
-            receiver = site.call.func.value  # type: ignore[attr-defined]
-            if not (isinstance(receiver, cst.Call) and _scaler_call(receiver, usage, "scale")):
-                found.unscaled_backwards.append(site)
-                found.notes.append(Note(UNSCALED_BACKWARD, site.call,
+        if isinstance(typed, BackwardSite):
+            if not (isinstance(typed.loss, cst.Call)
+                    and _scaler_call(typed.loss, usage, "scale")):
+                found.unscaled_backwards.append(typed)
+                found.notes.append(Note(UNSCALED_BACKWARD, typed.call,
                                         "unscaled backward in a script "
                                         f"that scales its losses: use `{scaler}.scale(...)`"))
-        elif (is_step_call(site.call) and not site.call.args
-              and kinds.of_expr(site.call.func.value) is Kind.OPTIMIZER  # type: ignore[attr-defined]
-              and site.function in training):
-            found.bypassing_steps.append(site)
-            found.notes.append(Note(STEP_BYPASSES_SCALER, site.call,
+        elif kinds.of(typed.key) is Kind.OPTIMIZER:
+            found.bypassing_steps.append(typed)
+            found.notes.append(Note(STEP_BYPASSES_SCALER, typed.call,
                                     "optimizer step bypasses the grad "
                                     f"scaler: use `{scaler}.step(...)`"))
     if scaled_steps and not updates:
@@ -177,13 +181,11 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
         found.notes.append(Note(STEP_WITHOUT_UPDATE, scaled_steps[-1].call,
                                 f"`{scaler}.step` without "
                                 f"`{scaler}.update()`: the scale never adapts"))
-    backwards = [s for s in facts.calls if is_backward_call(s.call)]
-    points = gradient_uses(scaled_steps, backwards, facts).unscales
+    points = gradient_uses(scaled_steps, sites.backwards, facts).unscales
     for point in points:
         if point.reason == "gradient clipping" and not _unscaled_before(point, unscales, facts):
-            stepped = _optimizer_of(point, scaled_steps)
-            optimizer = dotted(stepped) or "optimizer"
-            found.missing_unscales.append(Unscale(point.statement, stepped, point.reason))
+            optimizer = dotted(point.optimizer) or "optimizer"
+            found.missing_unscales.append(point)
             found.notes.append(Note(CLIPPING_WITHOUT_UNSCALE, point.statement,
                                     "clipping scaled gradients: "
                                     f"call `{scaler}.unscale_({optimizer})` first"))
@@ -225,14 +227,6 @@ def _unscaled_before(point: Unscale, unscales: list[CallSite], facts: ModuleFact
     the point being the statement that holds the gradient use)."""
     return any(facts.order[u.statement] < facts.order[point.statement]
                or point.statement in facts.enclosing_statements(u.statement) for u in unscales)
-
-
-def _optimizer_of(point: Unscale, steps: list[CallSite]) -> cst.BaseExpression:
-    """`scaler.step(opt)`: the unscale point's optimizer expression is the scaler; use `opt`."""
-    for step in steps:
-        if step.call.func.value is point.optimizer and step.call.args:  # type: ignore[attr-defined]
-            return step.call.args[0].value
-    return point.optimizer
 
 
 def _saves_scaler(container: cst.CSTNode | None, usage: AmpUsage) -> bool:

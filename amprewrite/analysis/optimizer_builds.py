@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amprewrite.analysis.facts import Binding, CallSite, ModuleFacts
+from amprewrite.analysis.facts import Binding, ModuleFacts
 from amprewrite.analysis.kinds import Kind, KindTable, kind_from_name, parameter_owners
-from amprewrite.analysis.names import receiver_key
+from amprewrite.analysis.sites import StepSite
 
 
 @dataclass(frozen=True)
@@ -21,11 +21,11 @@ class OptimizerBuild:
 
 
 def optimizer_builds(
-    facts: ModuleFacts, steps: list[CallSite], passed: frozenset[str] = frozenset()
+    facts: ModuleFacts, steps: list[StepSite], passed: frozenset[str] = frozenset()
 ) -> list[OptimizerBuild]:
     """Builds of the optimizers `steps` step, and of those `passed` to another module that
     steps them (a project's links)."""
-    stepped = {receiver_key(s.call.func.value) for s in steps} | passed  # type: ignore[attr-defined]
+    stepped = {s.key for s in steps} | passed
     aliased = _aliased(facts, stepped)
     builds = []
     for binding in facts.bindings:

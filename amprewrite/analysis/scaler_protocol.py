@@ -16,18 +16,19 @@ holds on every path, the training step is left alone with a finding.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from amprewrite.analysis.control_flow import Exits, PathWalker, State
-from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
+from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement, body
 from amprewrite.analysis.kinds import KindTable, optimizer_loop_elements
 from amprewrite.analysis.names import dotted, receiver_key, walk
+from amprewrite.analysis.sites import StepSite
 from amprewrite.analysis.tree import children
 from amprewrite.analysis.unscaling import Unscale, reads_grad
-from amprewrite.catalog import SKIP, declare
+from amprewrite.catalog import SKIP, Code, declare
 
 PROTOCOL_NOT_KEPT = declare(
     "AMP210", SKIP, "scaler protocol cannot be kept on every path",
@@ -80,14 +81,14 @@ class UpdatePoint:
 class Problem:
     """A path on which the protocol cannot be kept."""
 
-    code: str
+    code: Code
     node: cst.CSTNode
     message: str
 
 
 @dataclass
 class ProtocolPlan:
-    updates_after: list[CallSite] = field(default_factory=list)  # right after these steps
+    updates_after: list[StepSite] = field(default_factory=list)  # right after these steps
     updates_at: list[UpdatePoint] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
 
@@ -101,11 +102,11 @@ class _Config:
 
 
 def plan_updates(
-    steps: list[CallSite], unscales: list[Unscale], backwards: list[CallSite],
+    steps: list[StepSite], unscales: list[Unscale], backwards: Sequence[CallSite],
     facts: ModuleFacts, kinds: KindTable,
 ) -> ProtocolPlan:
     plan = ProtocolPlan()
-    scopes: dict[int, tuple[Scope, list[CallSite]]] = {}
+    scopes: dict[int, tuple[Scope, list[StepSite]]] = {}
     for site in steps:
         scope = iteration_scope(site.statement, facts, kinds)
         scopes.setdefault(id(scope), (scope, []))[1].append(site)
@@ -146,19 +147,24 @@ def iteration_scope(statement: Statement, facts: ModuleFacts, kinds: KindTable) 
     return facts.module
 
 
+def _pending(state: State) -> set[bool]:
+    """Whether each path's configuration has an optimizer unscaled or stepped, not updated."""
+    return {bool(config.pending) for config in state if isinstance(config, _Config)}
+
+
 def _body(scope: Scope) -> list[Statement]:
     if isinstance(scope, cst.Module):
-        return list(scope.body)
-    body = scope.body
-    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+        return list(body(scope))
+    block = scope.body
+    return list(body(block)) if isinstance(block, cst.IndentedBlock) else []
 
 
 def _after_last_steps(
-    steps: list[CallSite], facts: ModuleFacts, kinds: KindTable
-) -> tuple[list[CallSite], list[UpdatePoint]]:
+    steps: list[StepSite], facts: ModuleFacts, kinds: KindTable
+) -> tuple[list[StepSite], list[UpdatePoint]]:
     """`update()` right after each step no later step of the iteration follows in the source,
     or after the loop over optimizers holding it."""
-    after: list[CallSite] = []
+    after: list[StepSite] = []
     at: list[UpdatePoint] = []
     for index, site in enumerate(steps):
         later = steps[index + 1:]
@@ -186,8 +192,9 @@ def _may_follow(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:
     return True
 
 
-def _after_last_statement(scope: Scope, steps: list[CallSite]) -> tuple[list[CallSite],
-                                                                          list[UpdatePoint]]:
+def _after_last_statement(
+    scope: Scope, steps: list[StepSite]
+) -> tuple[list[StepSite], list[UpdatePoint]]:
     """One `update()` after the statement of the iteration body that holds the last step."""
     body = _body(scope)
     holders = [s for s in body if any(_contains(s, site.call) for site in steps)]
@@ -228,15 +235,15 @@ class _Checker:
     """Walks one iteration with a candidate plan; completes it with an `update()` before each
     early exit taken after an unscale or a step, and reports what cannot be kept."""
 
-    def __init__(self, scope: Scope, steps: list[CallSite], unscales: list[Unscale],
-                 backwards: list[CallSite], kinds: KindTable, after: list[CallSite],
+    def __init__(self, scope: Scope, steps: list[StepSite], unscales: list[Unscale],
+                 backwards: Sequence[CallSite], kinds: KindTable, after: list[StepSite],
                  at: list[UpdatePoint]) -> None:
         self.scope = scope
         self.kinds = kinds
         self.at = list(at)
         self.problems: list[Problem] = []
         self.aliases = self._loop_aliases(scope)
-        self.step_calls = {id(s.call): self._key(s.call.func.value) for s in steps}  # type: ignore[attr-defined]
+        self.step_calls = {id(s.call): self._key(s.optimizer) for s in steps}
         self.updated_calls = {id(s.call) for s in after}
         self.unscales_before: dict[int, list[str]] = {}
         for point in unscales:
@@ -258,8 +265,8 @@ class _Checker:
             return self.problems
         final = self._walk()
         leaks = [line for line, state in [*final.continues, *final.breaks, *final.returns]
-                 if any(c.pending for c in state)]
-        if any(c.pending for c in final.fall):
+                 if True in _pending(state)]
+        if True in _pending(final.fall):
             leaks.append(_body(self.scope)[-1])
         for line in leaks:
             self._problem(line, "a path leaves the iteration after an unscale or step without "
@@ -273,13 +280,13 @@ class _Checker:
         return walker.block(_body(self.scope), frozenset({_Config()}))
 
     def _needs_update(self, node: cst.CSTNode, state: State) -> bool:
-        pending = {bool(c.pending) for c in state}  # type: ignore[attr-defined]
+        pending = _pending(state)
         if pending == {True, False}:
             self._problem(node, "some paths reach here after an unscale or step and others "
                           "without: no single `update()` fits")
         return pending == {True}
 
-    def _problem(self, node: cst.CSTNode, message: str, code: str = PROTOCOL_NOT_KEPT) -> None:
+    def _problem(self, node: cst.CSTNode, message: str, code: Code = PROTOCOL_NOT_KEPT) -> None:
         problem = Problem(code, node, message)
         if problem not in self.problems:
             self.problems.append(problem)

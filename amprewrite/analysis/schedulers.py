@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amprewrite.analysis.facts import CallSite, ModuleFacts
-from amprewrite.analysis.kinds import RECEIVER_KINDS, Kind, KindTable, kind_from_name
-from amprewrite.analysis.names import receiver_key
-from amprewrite.analysis.statements import is_step_call
+from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.sites import StepSite, call_sites
 from amprewrite.analysis.training_step import same_iteration
 
 
@@ -22,19 +21,19 @@ from amprewrite.analysis.training_step import same_iteration
 class GuardedScheduler:
     """An LR scheduler stepped right after an optimizer step the scaler may skip."""
 
-    site: CallSite  # `scheduler.step()`, alone on its line
-    after: CallSite  # the optimizer step it follows
+    site: StepSite  # `scheduler.step()`, alone on its line
+    after: StepSite  # the optimizer step it follows
     after_update: bool = True  # `scaler.update()` goes right after that step, before this
 
 
 def schedulers_after_steps(
-    facts: ModuleFacts, kinds: KindTable, updates_after: list[CallSite], steps: list[CallSite]
+    facts: ModuleFacts, kinds: KindTable, updates_after: list[StepSite], steps: list[StepSite]
 ) -> list[GuardedScheduler]:
     """Schedulers stepped after an optimizer step of their iteration; `after_update` when
     `update()` sits right after that step (else it comes later: a loop over optimizers)."""
     guarded = []
-    for site in facts.calls:
-        if not is_step_call(site.call) or site.call.args or not _is_scheduler(site, kinds):
+    for site in call_sites(facts, kinds).steps:
+        if site.with_arguments or site.kind is not Kind.SCHEDULER:
             continue
         line = site.statement
         if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
@@ -49,11 +48,3 @@ def schedulers_after_steps(
                 guarded.append(GuardedScheduler(site, preceding[-1], after_update))
                 break
     return guarded
-
-
-def _is_scheduler(site: CallSite, kinds: KindTable) -> bool:
-    receiver = site.call.func.value  # type: ignore[attr-defined]
-    kind = kinds.of_expr(receiver)
-    if kind is not None:
-        return kind is Kind.SCHEDULER
-    return kind_from_name(receiver_key(receiver), RECEIVER_KINDS) is Kind.SCHEDULER

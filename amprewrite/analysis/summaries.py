@@ -15,8 +15,10 @@ import libcst as cst
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.forward import is_loss_call, is_model_call
 from amprewrite.analysis.kinds import Kind, KindTable
-from amprewrite.analysis.names import dotted, receiver_key, walk
-from amprewrite.analysis.statements import calls_in, is_backward_call, is_data_call, is_step_call
+from amprewrite.analysis.memo import per_module
+from amprewrite.analysis.names import dotted, walk
+from amprewrite.analysis.sites import call_sites
+from amprewrite.analysis.statements import calls_in, is_backward_call, is_data_call
 
 _DEPTH = 4  # call levels followed through local functions
 _AUTOGRAD = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
@@ -46,6 +48,7 @@ class Summaries:
 
     def __init__(self, facts: ModuleFacts, kinds: KindTable) -> None:
         self.facts, self.kinds = facts, kinds
+        self.steps = {id(site.call): site for site in call_sites(facts, kinds).steps}
         self._by_name: dict[str, cst.FunctionDef] = {}
         for function in facts.functions:
             if function not in facts.function_class:
@@ -96,9 +99,8 @@ class Summaries:
             forward=self._is_forward(call, function, resolved),
             loss=is_loss_call(call, self.facts, self.kinds),
             backward=is_backward_call(call) or is_autograd_call(call, self.facts),
-            steps=is_step_call(call) and self.kinds.of(
-                receiver_key(call.func.value)  # type: ignore[attr-defined]
-            ) is not Kind.SCHEDULER,
+            steps=(step := self.steps.get(id(call))) is not None
+            and step.kind is not Kind.SCHEDULER,
         )
 
     def _is_forward(
@@ -118,23 +120,11 @@ class Summaries:
         return found  # type: ignore[return-value]
 
 
-# The summaries of the modules analysed last, by their kind table: a module's analyses run
-# together (a project's group interleaves a few modules), and only these few stay in memory.
-_RECENT: list[tuple[KindTable, Summaries]] = []
-_RECENT_KEPT = 4
-
-
+@per_module
 def summaries_of(facts: ModuleFacts, kinds: KindTable) -> Summaries:
     """The summaries of the module `kinds` was inferred for: computed once, shared by every
     analysis that reads them (they depend on nothing else)."""
-    assert kinds.facts is facts
-    for known, summaries in _RECENT:
-        if known is kinds:
-            return summaries
-    summaries = Summaries(facts, kinds)
-    _RECENT.insert(0, (kinds, summaries))
-    del _RECENT[_RECENT_KEPT:]
-    return summaries
+    return Summaries(facts, kinds)
 
 
 def is_autograd_call(call: cst.Call, facts: ModuleFacts) -> bool:

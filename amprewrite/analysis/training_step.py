@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from amprewrite.analysis.definite_binding import bound_on_every_path, may_be_unbound
-from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement
+from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement, body
 from amprewrite.analysis.forward import computes, is_model_call
 from amprewrite.analysis.kinds import (
-    RECEIVER_KINDS,
     Kind,
     KindTable,
-    kind_from_name,
     optimizer_loop_elements,
 )
 from amprewrite.analysis.names import bound_keys, dotted, iter_keys, receiver_key
@@ -29,12 +27,11 @@ from amprewrite.analysis.scaler_protocol import (
     UpdatePoint,
     plan_updates,
 )
+from amprewrite.analysis.sites import BackwardKind, BackwardSite, CallSites, StepSite, call_sites
 from amprewrite.analysis.statements import (
     calls_in,
-    is_backward_call,
     is_compute,
     is_definition,
-    is_step_call,
 )
 from amprewrite.analysis.summaries import summaries_of
 from amprewrite.analysis.unscaling import (
@@ -104,12 +101,17 @@ STEP_WITHOUT_BACKWARD = declare(
 )
 
 AUTOGRAD_BACKWARD = declare(
-    "AMP206", SKIP, "`torch.autograd.backward` call",
-    "Scale the tensors yourself: `torch.autograd.backward(scaler.scale(loss))`.",
-    why="`torch.autograd.backward(...)` is called instead of a loss's `.backward()`.",
+    "AMP206", SKIP, "`torch.autograd.backward` of unpacked tensors",
+    "`torch.autograd.backward(*losses)` passes its tensors one by one, so no single "
+    "`scaler.scale(...)` can wrap them: pass them as one sequence, "
+    "`torch.autograd.backward(losses)`, and amprewrite scales it.",
+    why=(
+        "`torch.autograd.backward(...)` is given its tensors unpacked (`*losses`) or not at "
+        "all, so they cannot be scaled as one argument."
+    ),
     example=(
-        "torch.autograd.backward(loss)\n"
-        "# write: torch.autograd.backward(scaler.scale(loss))"
+        "torch.autograd.backward(*losses)\n"
+        "# write: torch.autograd.backward(losses)"
     ),
 )
 
@@ -204,20 +206,20 @@ class Region:
     block: Block
     start: int
     end: int
-    hoist: CallSite | None = None
+    hoist: BackwardSite | None = None
 
     @property
     def statements(self) -> list[Statement]:
-        return list(self.block.body[self.start : self.end + 1])
+        return list(body(self.block)[self.start : self.end + 1])
 
 
 @dataclass
 class TrainingSteps:
     """The training steps of a module: what to scale, step, update, unscale, autocast."""
 
-    backwards: list[CallSite] = field(default_factory=list)  # to scale
-    steps: list[CallSite] = field(default_factory=list)  # to route through the scaler
-    updates_after: list[CallSite] = field(default_factory=list)  # steps followed by update()
+    backwards: list[BackwardSite] = field(default_factory=list)  # to scale
+    steps: list[StepSite] = field(default_factory=list)  # to route through the scaler
+    updates_after: list[StepSite] = field(default_factory=list)  # steps followed by update()
     updates_at: list[UpdatePoint] = field(default_factory=list)  # other update() positions
     regions: list[Region] = field(default_factory=list)  # forward + loss, to autocast
     unscales: list[Unscale] = field(default_factory=list)  # before clipping / reading .grad
@@ -231,77 +233,113 @@ class TrainingSteps:
 
 
 def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
+    """The training steps of a module, in four steps: classify the backward and step sites,
+    pair them, plan the scaler's calls, and find the forward passes to autocast."""
     result = TrainingSteps()
-    backwards: list[CallSite] = []
-    unscaled: list[CallSite] = []  # backward passes left alone: they stay unscaled
-    optimizer_steps: list[CallSite] = []
-    closure_functions: set[str] = set()
-    for site in facts.calls:
-        if is_backward_call(site.call):
-            plain = _classify_backward(site, facts, kinds, result)
-            (backwards if plain else unscaled).append(site)
-        elif is_step_call(site.call):
-            _classify_step(site, kinds, facts, optimizer_steps, closure_functions, result)
-        elif _two_step(site.call, kinds):
-            text = facts.one_line(site.call.func)
-            result.notes.append(Note(TWO_STEP_OPTIMIZER, site.call,
+    found = _classify_sites(facts, kinds, result)
+    backwards, steps = _pair(found, facts, kinds, result)
+    if not backwards:
+        for site in steps:
+            result.notes.append(Note(STEP_WITHOUT_BACKWARD, site.call,
+                                     f"`{facts.one_line(site.optimizer)}.step()` has no "
+                                     "backward pass in this file to scale; left unchanged"))
+        return result
+    if _plan_scaler(backwards, steps, facts, kinds, result):
+        result.regions = _autocast_regions(backwards, facts, kinds, result)
+    return result
+
+
+@dataclass
+class _Sites:
+    """The backward and step sites a training step may be made of."""
+
+    scalable: list[BackwardSite] = field(default_factory=list)
+    unscaled: list[BackwardSite] = field(default_factory=list)  # left alone: stay unscaled
+    steps: list[StepSite] = field(default_factory=list)  # optimizer steps without a closure
+    closure_functions: set[str] = field(default_factory=set)  # `optimizer.step(closure)`
+
+
+def _classify_sites(facts: ModuleFacts, kinds: KindTable, result: TrainingSteps) -> _Sites:
+    """Sort each backward and step site, with a note for each left alone (source order)."""
+    found = _Sites()
+    sites = call_sites(facts, kinds)
+    for call_site in facts.calls:
+        site = sites.at(call_site.call)
+        if isinstance(site, BackwardSite):
+            note = _backward_left_alone(site, facts)
+            if note is None:
+                found.scalable.append(site)
+            else:
+                result.notes.append(note)
+                found.unscaled.append(site)
+        elif isinstance(site, StepSite):
+            _classify_step(site, facts, sites, found, result)
+        elif _two_step(call_site.call, kinds):
+            text = facts.one_line(call_site.call.func)
+            result.notes.append(Note(TWO_STEP_OPTIMIZER, call_site.call,
                                      f"`{text}()` is one half of a two-step optimizer's step "
                                      "(SAM), which a grad scaler cannot drive; its training "
                                      "step stays FP32"))
+    return found
 
-    unreached = _unreached_by_backward(optimizer_steps, facts, kinds)
+
+def _pair(
+    found: _Sites, facts: ModuleFacts, kinds: KindTable, result: TrainingSteps
+) -> tuple[list[BackwardSite], list[StepSite]]:
+    """The backward passes whose gradients the optimizer steps consume, and those steps; a
+    note for each site that has no partner."""
+    unreached = _unreached_by_backward(found.steps, facts, kinds)
     for site in unreached:
         result.notes.append(Note(STEP_WITHOUT_BACKWARD, site.call,
-                                 f"`{facts.one_line(site.call.func.value)}.step()` steps an "  # type: ignore[attr-defined]
+                                 f"`{facts.one_line(site.optimizer)}.step()` steps an "
                                  "optimizer built in this function, where no backward pass "
                                  "runs; left unchanged"))
-    optimizer_steps = [site for site in optimizer_steps if site not in unreached]
-    for site in _fed_unscaled(optimizer_steps, backwards, unscaled, facts):
-        result.notes.append(Note(STEP_WITHOUT_BACKWARD, site.call,
-                                 f"`{facts.one_line(site.call.func.value)}.step()` steps the "  # type: ignore[attr-defined]
+    steps = [site for site in found.steps if site not in unreached]
+    for fed in _fed_unscaled(steps, found.scalable, found.unscaled, facts):
+        result.notes.append(Note(STEP_WITHOUT_BACKWARD, fed.call,
+                                 f"`{facts.one_line(fed.optimizer)}.step()` steps the "
                                  "gradients of a backward pass left unscaled; left unchanged"))
-        optimizer_steps.remove(site)
+        steps.remove(fed)
 
-    training_backwards = []
-    for site in backwards:
-        text = facts.one_line(site.call.func.value)  # type: ignore[attr-defined]
-        if site.function is not None and site.function.name.value in closure_functions:
-            result.notes.append(Note(BACKWARD_IN_CLOSURE, site.call,
+    backwards: list[BackwardSite] = []
+    for backward in found.scalable:
+        text, function = facts.one_line(backward.loss), backward.function
+        if function is not None and function.name.value in found.closure_functions:
+            result.notes.append(Note(BACKWARD_IN_CLOSURE, backward.call,
                                      f"`{text}.backward()` runs inside "
                                      "an optimizer closure, whose step cannot be scaled; "
                                      "left unscaled"))
-        elif not optimizer_steps:
-            result.notes.append(Note(BACKWARD_WITHOUT_STEP, site.call,
+        elif not steps:
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}.backward()` has no optimizer "
                                      "step in this file; left unchanged"))
-        elif _before_the_loop(site, optimizer_steps, facts, kinds):
-            result.notes.append(Note(BACKWARD_WITHOUT_STEP, site.call,
+        elif _before_the_loop(backward, steps, facts, kinds):
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}.backward()` runs before the training loop, "
                                      "whose optimizer steps never see its gradients; left "
                                      "unchanged"))
-        elif (site.function is not None and not _steps_in(site.function, optimizer_steps)
-              and reads_grad(site.function)):
-            result.notes.append(Note(BACKWARD_WITHOUT_STEP, site.call,
+        elif function is not None and not _steps_in(function, steps) and reads_grad(function):
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}.backward()` computes "
                                      "gradients that are read, not stepped; left unchanged"))
         else:
-            training_backwards.append(site)
+            backwards.append(backward)
+    return backwards, steps
 
-    if not training_backwards:
-        for site in optimizer_steps:
-            text = facts.one_line(site.call.func.value)  # type: ignore[attr-defined]
-            result.notes.append(Note(STEP_WITHOUT_BACKWARD, site.call,
-                                     f"`{text}.step()` has no backward pass "
-                                     "in this file to scale; left unchanged"))
-        return result
 
-    uses = gradient_uses(optimizer_steps, training_backwards, facts, GradientReach(facts, kinds))
-    unscales = [_over_elements(u, optimizer_steps, facts, kinds) for u in uses.unscales]
-    protocol = plan_updates(optimizer_steps, unscales, training_backwards, facts, kinds)
-    unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{facts.one_line(s.call.func.value)}` "  # type: ignore[attr-defined]
+def _plan_scaler(
+    backwards: list[BackwardSite], steps: list[StepSite], facts: ModuleFacts,
+    kinds: KindTable, result: TrainingSteps,
+) -> bool:
+    """Where the scaler's calls go: scale, step, update and unscale before what reads the
+    gradients. False, with the reasons, when no placement is safe (the step is refused)."""
+    uses = gradient_uses(steps, backwards, facts, GradientReach(facts, kinds))
+    unscales = [_over_elements(u, steps, facts, kinds) for u in uses.unscales]
+    protocol = plan_updates(steps, unscales, backwards, facts, kinds)
+    unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{facts.one_line(s.optimizer)}` "
                     "is bound only on some paths; the scaler cannot be used where it may be "
                     "missing; training step left unchanged")
-               for s in optimizer_steps if _maybe_unbound(s, facts)]
+               for s in steps if _maybe_unbound(s, facts)]
     unbound += [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, u.optimizer,
                      f"`{facts.one_line(u.optimizer)}` may be None where "
                      "its gradients would be unscaled (no check of it around that point); "
@@ -317,21 +355,29 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
         result.notes.extend(
             Note(p.code, p.node, f"{p.message}; training step left unchanged")
             for p in protocol.problems)
-        return result
-    result.backwards = training_backwards
-    result.steps = optimizer_steps
+        return False
+    result.backwards = backwards
+    result.steps = steps
     result.updates_after = protocol.updates_after
     result.updates_at = protocol.updates_at
     result.unscales, result.clips = unscales, uses.clips
     for call, step in uses.unguarded:
-        optimizer = facts.one_line(step.call.func.value)  # type: ignore[attr-defined]
         result.notes.append(Note(OPAQUE_CALL_ON_SCALED_GRADIENTS, call,
                                  f"`{facts.one_line(call.func)}(...)` runs before "
-                                 f"`{optimizer}.step()` on every micro-batch, where its "
-                                 "gradients are still scaled; left as is"))
+                                 f"`{facts.one_line(step.optimizer)}.step()` on every "
+                                 "micro-batch, where its gradients are still scaled; left "
+                                 "as is"))
+    return True
+
+
+def _autocast_regions(
+    backwards: list[BackwardSite], facts: ModuleFacts, kinds: KindTable, result: TrainingSteps
+) -> list[Region]:
+    """The forward pass and loss of each backward, by a backward slice (at the callers when
+    the loss is a parameter); a note for each loss computed out of sight."""
     regions: list[Region] = []
-    for site in training_backwards:
-        region = _loss_region(site, facts, kinds)
+    for site in backwards:
+        region = region_before(site.statement, site.keys, facts, kinds)
         if _computes_inline(site, facts):
             block, index = facts.position(site.statement)
             start = region.start if region is not None and region.block is block else index
@@ -340,7 +386,7 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
             regions.append(region)
         elif at_callers := _regions_at_callers(site, facts, kinds):
             regions.extend(at_callers)
-        elif bound_keys(site.statement) & set(iter_keys(site.call.func.value)):  # type: ignore[attr-defined]
+        elif bound_keys(site.statement) & site.keys:
             result.notes.append(Note(LOSS_COMPUTED_ELSEWHERE, site.call,
                                      "the loss is computed on the same line as its backward "
                                      "(`;`): put the forward pass on a line of its own to have "
@@ -349,58 +395,25 @@ def analyse_training(facts: ModuleFacts, kinds: KindTable) -> TrainingSteps:
             result.notes.append(Note(LOSS_COMPUTED_ELSEWHERE, site.call,
                                      "the loss is computed outside this "
                                      "function; wrap its forward pass in `autocast()` there"))
-    result.regions = merge_regions(regions, facts)
-    return result
+    return merge_regions(regions, facts)
 
 
-def _classify_backward(
-    site: CallSite, facts: ModuleFacts, kinds: KindTable, result: TrainingSteps
-) -> bool:
-    """Whether `site` is a plain loss backward to scale; else the note saying why it stays."""
-    receiver = site.call.func.value  # type: ignore[attr-defined]
-    if facts.imports.resolve(site.call.func) == "torch.autograd.backward":
-        result.notes.append(Note(AUTOGRAD_BACKWARD, site.call,
-                                 "`torch.autograd.backward(...)` "
-                                 "is not loss-scaled automatically; left unchanged"))
-    elif any(arg.keyword is None for arg in site.call.args) and not _seeded_backward(
-            site.call, facts, kinds):
+def _backward_left_alone(site: BackwardSite, facts: ModuleFacts) -> Note | None:
+    """Why `site` is no loss backward to scale, or None when it is one."""
+    if site.kind is BackwardKind.AUTOGRAD_UNPACKED:
+        return Note(AUTOGRAD_BACKWARD, site.call, f"`{facts.one_line(site.call)}` passes its "
+                    "tensors unpacked, so they cannot be scaled as one; left unchanged")
+    if site.kind is BackwardKind.WITH_ARGUMENT:
         # `accelerator.backward(loss)`, `engine.backward(loss)`: a framework owns the
         # backward; `out.backward(grad)` of a tensor the analysis cannot place.
-        result.notes.append(Note(BACKWARD_WITH_ARGUMENT, site.call,
-                                 f"`{facts.one_line(site.call)}` "
-                                 "is not a plain loss backward; left unchanged"))
-    elif _not_a_tensor(receiver, facts, kinds):
-        text = facts.one_line(receiver)
-        result.notes.append(Note(BACKWARD_OF_NON_TENSOR, site.call,
-                                 f"`{text}.backward()`: `{text}` is not a tensor but "
-                                 "an object with a backward method; left unchanged"))
-    else:
-        return True
-    return False
-
-
-def _seeded_backward(call: cst.Call, facts: ModuleFacts, kinds: KindTable) -> bool:
-    """`errD_real.backward(one)` (WGAN): a model output's backward seeded with a gradient.
-    Scaling the output scales the gradients the seed produces, as for a loss."""
-    receiver = call.func.value  # type: ignore[attr-defined]
-    key = receiver_key(receiver)
-    if key is None or len(call.args) != 1 or call.args[0].star:
-        return False
-    values = [b.value for b in facts.bindings if b.keys == (key,)]
-    return bool(values) and all(_model_output(value, kinds) for value in values)
-
-
-def _model_output(value: cst.BaseExpression, kinds: KindTable) -> bool:
-    """A model's output, or arithmetic and tensor methods on one (`netD(x).mean(0).view(1)`)."""
-    if isinstance(value, cst.BinaryOperation):
-        return _model_output(value.left, kinds) or _model_output(value.right, kinds)
-    if isinstance(value, cst.UnaryOperation):
-        return _model_output(value.expression, kinds)
-    if not isinstance(value, cst.Call):
-        return False
-    if is_model_call(value, kinds):
-        return True
-    return isinstance(value.func, cst.Attribute) and _model_output(value.func.value, kinds)
+        return Note(BACKWARD_WITH_ARGUMENT, site.call,
+                    f"`{facts.one_line(site.call)}` is not a plain loss backward; left unchanged")
+    if site.kind is BackwardKind.OBJECT:
+        text = facts.one_line(site.loss)
+        return Note(BACKWARD_OF_NON_TENSOR, site.call,
+                    f"`{text}.backward()`: `{text}` is not a tensor but "
+                    "an object with a backward method; left unchanged")
+    return None
 
 
 _TWO_STEP_METHODS = frozenset({"first_step", "second_step"})
@@ -413,67 +426,36 @@ def _two_step(call: cst.Call, kinds: KindTable) -> bool:
             and kinds.is_optimizer(func.value))
 
 
-def _not_a_tensor(receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable) -> bool:
-    """`self`, a model or optimizer, or an object every binding builds from a class that is
-    not torch's (`learn = Learner(...)`): whatever its `.backward()` does, it is no loss."""
-    key = receiver_key(receiver)
-    if key is None:
-        return False
-    if key in ("self", "cls") or kinds.of(key) in (Kind.MODEL, Kind.OPTIMIZER, Kind.SCHEDULER):
-        return True
-    values = [b.value for b in facts.bindings if b.keys == (key,)]
-    return bool(values) and all(_builds_object(value, facts) for value in values)
-
-
-def _builds_object(value: cst.BaseExpression, facts: ModuleFacts) -> bool:
-    """`Learner(...)`: a class the module defines, or one it imports from outside torch (not
-    an instance with a capitalised name, `self.BCE_loss(out, y)`)."""
-    if not isinstance(value, cst.Call):
-        return False
-    name = dotted(value.func)
-    if name is None or not name.rsplit(".", 1)[-1][:1].isupper():
-        return False
-    if name in {cls.name.value for cls in facts.classes}:
-        return True
-    resolved = facts.imports.resolve(value.func)
-    return resolved is not None and not resolved.startswith("torch.")
-
-
-# Step sites ---------------------------------------------------------------------------------
 def _classify_step(
-    site: CallSite,
-    kinds: KindTable,
-    facts: ModuleFacts,
-    optimizer_steps: list[CallSite],
-    closure_functions: set[str],
-    result: TrainingSteps,
+    site: StepSite, facts: ModuleFacts, sites: CallSites, found: _Sites, result: TrainingSteps
 ) -> None:
-    receiver = site.call.func.value  # type: ignore[attr-defined]
-    key = receiver_key(receiver)
-    kind = kinds.of(key) or kind_from_name(key, RECEIVER_KINDS)
-    if kind is not Kind.OPTIMIZER:
-        if kind is None and not site.call.args and _has_backward(site.function, facts):
+    """An optimizer step to route through the scaler, or a note saying why it stays."""
+    if not site.steps_optimizer:
+        if site.kind is None and not site.with_arguments and _has_backward(
+                site.function, sites):
             result.notes.append(Note(UNKNOWN_STEP_RECEIVER, site.call,
-                                     f"`{facts.one_line(receiver)}.step()`: "
+                                     f"`{facts.one_line(site.optimizer)}.step()`: "
                                      "receiver not recognised as an optimizer; left unchanged"))
         return
-    if site.call.args:
+    if site.with_arguments:
         for arg in site.call.args:
             name = dotted(arg.value)
             if name is not None:
-                closure_functions.add(name)
+                found.closure_functions.add(name)
         result.notes.append(Note(CLOSURE_STEP, site.call,
                                  f"`{facts.one_line(site.call)}` cannot be loss-scaled; left "
                                  "unchanged"))
         return
-    optimizer_steps.append(site)
+    found.steps.append(site)
 
 
-def _regions_at_callers(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> list[Region]:
+def _regions_at_callers(
+    site: BackwardSite, facts: ModuleFacts, kinds: KindTable
+) -> list[Region]:
     """`def optimize(opt, loss): loss.backward(); opt.step()`: the loss is a parameter, so its
     forward pass is where each caller computes the argument. The regions there, one per call
     of the function in the module; none unless every call has one."""
-    function, key = site.function, receiver_key(site.call.func.value)  # type: ignore[attr-defined]
+    function, key = site.function, site.key
     if function is None or key is None:
         return []
     positional, keyword_only = facts.parameters(function)
@@ -509,17 +491,16 @@ def _argument_for(
 
 
 def _unreached_by_backward(
-    steps: list[CallSite], facts: ModuleFacts, kinds: KindTable
-) -> list[CallSite]:
+    steps: list[StepSite], facts: ModuleFacts, kinds: KindTable
+) -> list[StepSite]:
     """Steps of an optimizer built in the same function, which runs no backward pass itself
     or through the functions it calls: a learning-rate schedule plotted with a dummy model.
     No scaled loss can reach that optimizer: a scaler would refuse to step it."""
+    sites = call_sites(facts, kinds)
     candidates = [
         site for site in steps
-        if site.function is not None and not _has_backward(site.function, facts)
-        and any(b.function is site.function
-                and receiver_key(site.call.func.value) in b.keys  # type: ignore[attr-defined]
-                for b in facts.bindings)
+        if site.function is not None and not _has_backward(site.function, sites)
+        and any(b.function is site.function and site.key in b.keys for b in facts.bindings)
     ]
     if not candidates:
         return []
@@ -529,9 +510,9 @@ def _unreached_by_backward(
 
 
 def _fed_unscaled(
-    steps: list[CallSite], backwards: list[CallSite], unscaled: list[CallSite],
+    steps: list[StepSite], backwards: list[BackwardSite], unscaled: list[BackwardSite],
     facts: ModuleFacts,
-) -> list[CallSite]:
+) -> list[StepSite]:
     """Steps whose last backward before them in their function is one left alone
     (`loss.backward(torch.ones_like(loss))`): through the scaler they would divide true
     gradients by the scale."""
@@ -545,12 +526,12 @@ def _fed_unscaled(
     return fed
 
 
-def _has_backward(function: cst.FunctionDef | None, facts: ModuleFacts) -> bool:
-    return any(s.function is function and is_backward_call(s.call) for s in facts.calls)
+def _has_backward(function: cst.FunctionDef | None, sites: CallSites) -> bool:
+    return any(site.function is function for site in sites.backwards)
 
 
 def _before_the_loop(
-    backward: CallSite, steps: list[CallSite], facts: ModuleFacts, kinds: KindTable
+    backward: BackwardSite, steps: list[StepSite], facts: ModuleFacts, kinds: KindTable
 ) -> bool:
     """A backward outside any loop, in a function (or module) whose steps all run in a
     training loop it is not in: a demonstration (`out.backward(); print(w.grad)` in a
@@ -568,16 +549,16 @@ def _training_loop(statement: Statement, facts: ModuleFacts, kinds: KindTable) -
     return loop is not None
 
 
-def _steps_in(function: cst.FunctionDef | None, steps: list[CallSite]) -> bool:
+def _steps_in(function: cst.FunctionDef | None, steps: list[StepSite]) -> bool:
     return any(s.function is function for s in steps)
 
 
 def _over_elements(
-    unscale: Unscale, steps: list[CallSite], facts: ModuleFacts, kinds: KindTable
+    unscale: Unscale, steps: list[StepSite], facts: ModuleFacts, kinds: KindTable
 ) -> Unscale:
     """An optimizer that is a loop's element (`for opt in optimizers: opt.step()`) is unscaled
     in a loop of its own when the unscale comes before that loop."""
-    step = next(s for s in steps if s.call.func.value is unscale.optimizer)  # type: ignore[attr-defined]
+    step = next(s for s in steps if s.optimizer is unscale.optimizer)
     name = dotted(unscale.optimizer)
     around = set(facts.enclosing_statements(unscale.statement))
     loops: list[cst.CSTNode] = [s for s in facts.enclosing_statements(step.statement)[1:]
@@ -593,11 +574,11 @@ def _over_elements(
     return unscale
 
 
-def _maybe_unbound(step: CallSite, facts: ModuleFacts) -> bool:
+def _maybe_unbound(step: StepSite, facts: ModuleFacts) -> bool:
     """The stepped optimizer may not exist on some path reaching the step. An attribute the
     step's own class sets, if only `if self.isTrain:` (pix2pix), does not count: the scaler
     is created at the top of `__init__` and named only where the optimizer already is."""
-    key = receiver_key(step.call.func.value)  # type: ignore[attr-defined]
+    key = step.key
     if key is None:
         return False
     cls = facts.function_class.get(step.function) if step.function is not None else None
@@ -643,21 +624,15 @@ def same_iteration(site: CallSite, other: CallSite, facts: ModuleFacts) -> bool:
 _SCOPE_OR_LOOP = (cst.FunctionDef, cst.ClassDef, cst.For, cst.While)
 
 
-def _loss_region(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> Region | None:
-    """The statements computing the loss that `site` backpropagates, by a backward slice."""
-    needed = set(iter_keys(site.call.func.value))  # type: ignore[attr-defined]
-    return region_before(site.statement, needed, facts, kinds)
-
-
 def region_before(
     statement: Statement, needed: set[str], facts: ModuleFacts, kinds: KindTable
 ) -> Region | None:
     """The forward-pass statements before `statement` that compute the keys in `needed`, by a
     backward slice through its block (and enclosing non-loop blocks while nothing is found)."""
-    current = statement
+    current, sites = statement, call_sites(facts, kinds)
     while True:
         block, index = facts.position(current)
-        region = _slice_region(block, index, needed, facts, kinds)
+        region = _slice_region(block, index, needed, facts, kinds, sites)
         if region is not None:
             return region
         parent = facts.statements[current].parent
@@ -667,13 +642,14 @@ def region_before(
 
 
 def _slice_region(
-    block: Block, index: int, needed: set[str], facts: ModuleFacts, kinds: KindTable
+    block: Block, index: int, needed: set[str], facts: ModuleFacts, kinds: KindTable,
+    sites: CallSites,
 ) -> Region | None:
     sliced: list[int] = []
     boundaries: list[int] = []  # backward/step statements the slice passed over
     for position in range(index - 1, -1, -1):
-        statement = block.body[position]
-        if _is_step_boundary(statement, kinds):
+        statement = body(block)[position]
+        if _is_step_boundary(statement, sites):
             boundaries.append(position)  # `loss_a.backward(retain_graph=True)`: look further
             continue
         if is_definition(statement):
@@ -690,12 +666,12 @@ def _slice_region(
     # helper that only loads data.
     # Setup between the forward and the loss (`criterion = nn.SmoothL1Loss()` just before
     # it, a loop zeroing each optimizer's gradients) does not move the start.
-    forwards = [p for p in sliced if p > cut and _calls_model(block.body[p], kinds)]
+    forwards = [p for p in sliced if p > cut and _calls_model(body(block)[p], kinds)]
     first_forward = min(forwards, default=index)
-    setup = [p for p in range(first_forward) if _builds_objects(block.body[p], kinds)]
+    setup = [p for p in range(first_forward) if _builds_objects(body(block)[p], kinds)]
     after_setup = max(setup, default=-1)
     compute = [p for p in sliced
-               if p > max(after_setup, cut) and computes(block.body[p], facts, kinds)]
+               if p > max(after_setup, cut) and computes(body(block)[p], facts, kinds)]
     if not compute:
         return None
     # Data preparation before the first model call (`batch = memory.sample(n)`) stays out.
@@ -703,28 +679,28 @@ def _slice_region(
     return Region(block, start, max(sliced))
 
 
-def _computes_inline(site: CallSite, facts: ModuleFacts) -> bool:
+def _computes_inline(site: BackwardSite, facts: ModuleFacts) -> bool:
     """`crit(model(x), y).backward()` alone on its line: the loss can move to a variable."""
     line = site.statement
     return (
-        isinstance(line, cst.SimpleStatementLine)
+        site.method
+        and isinstance(line, cst.SimpleStatementLine)
         and len(line.body) == 1
         and isinstance(line.body[0], cst.Expr)
         and line.body[0].value is site.call
-        and is_compute(site.call.func.value, facts)  # type: ignore[attr-defined]
+        and is_compute(site.loss, facts)
     )
 
 
-def _is_step_boundary(statement: Statement, kinds: KindTable) -> bool:
+def _is_step_boundary(statement: Statement, sites: CallSites) -> bool:
     """A backward, or the step of an optimizer or scheduler (not `env.step(action)`)."""
-    return any(is_backward_call(c) or (is_step_call(c) and _steps_optimizer(c, kinds))
-               for c in calls_in(statement))
+    return any(isinstance(site := sites.at(c), BackwardSite) or (
+        isinstance(site, StepSite) and _steps_optimizer(site)) for c in calls_in(statement))
 
 
-def _steps_optimizer(call: cst.Call, kinds: KindTable) -> bool:
-    key = receiver_key(call.func.value)  # type: ignore[attr-defined]
-    kind = kinds.of(key) or kind_from_name(key, RECEIVER_KINDS)
-    return kind in (Kind.OPTIMIZER, Kind.SCHEDULER) or (kind is None and not call.args)
+def _steps_optimizer(site: StepSite) -> bool:
+    return site.kind in (Kind.OPTIMIZER, Kind.SCHEDULER) or (
+        site.kind is None and not site.with_arguments)
 
 
 def _calls_model(statement: Statement, kinds: KindTable) -> bool:
@@ -757,7 +733,7 @@ def merge_regions(regions: list[Region], facts: ModuleFacts) -> list[Region]:
 
 
 def _nested_in_any(region: Region, regions: list[Region], facts: ModuleFacts) -> bool:
-    ancestors = facts.enclosing_statements(region.block.body[region.start])[1:]
+    ancestors = facts.enclosing_statements(body(region.block)[region.start])[1:]
     for other in regions:
         if other is region:
             continue

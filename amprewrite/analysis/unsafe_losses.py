@@ -115,7 +115,7 @@ def split_unsafe_losses(
     for region in regions:
         hoist = region.hoist
         start = region.start
-        if hoist is not None and unsafe_calls(hoist.call.func.value, facts, kinds, helpers):  # type: ignore[attr-defined]
+        if hoist is not None and unsafe_calls(hoist.loss, facts, kinds, helpers):
             # `bce(model(x), y).backward()`: the backward stays, its forward joins the region.
             block, index = facts.position(hoist.statement)
             result.moved_out.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -9,6 +10,7 @@ import libcst as cst
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.names import dotted, iter_keys, walk
 from amprewrite.analysis.opaque_calls import GradientReach
+from amprewrite.analysis.sites import StepSite
 
 _CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 
@@ -39,7 +41,7 @@ class GradientUses:
     clips: list[Clip] = field(default_factory=list)
     # calls it cannot see into that may reach the parameters but do not run once per step
     # (outside an accumulation guard): no `unscale_` can precede them
-    unguarded: list[tuple[cst.Call, CallSite]] = field(default_factory=list)
+    unguarded: list[tuple[cst.Call, StepSite]] = field(default_factory=list)
     # code that reads or may apply gradients in the other branch of the `if` holding a step
     # (`if optimizer is None: sgd(params, lr) else: optimizer.step()`): there the scaled
     # gradients are used as they are, and no `unscale_` can serve both branches
@@ -47,8 +49,8 @@ class GradientUses:
 
 
 def gradient_uses(
-    steps: list[CallSite],
-    backwards: list[CallSite],
+    steps: list[StepSite],
+    backwards: Sequence[CallSite],
     facts: ModuleFacts,
     reach: GradientReach | None = None,
 ) -> GradientUses:
@@ -58,9 +60,9 @@ def gradient_uses(
     step's lines also finds the uses no `unscale_` can serve."""
     uses = GradientUses()
     readers = _grad_readers(facts)
-    stepped = {dotted(s.call.func.value) for s in steps}  # type: ignore[attr-defined]
+    stepped = {name for s in steps if (name := dotted(s.optimizer)) is not None}
     for step in steps:
-        optimizer = step.call.func.value  # type: ignore[attr-defined]
+        optimizer = step.optimizer
         others = stepped - {dotted(optimizer)}
         window = _window(step, backwards, facts)
         if window is None:
@@ -83,7 +85,7 @@ def gradient_uses(
                 continue
             if _names_another(line, optimizer, others):
                 continue  # about another optimizer's gradients
-            once_per_step = runs_with_step(line, step.statement, facts)
+            once_per_step = runs_with_step(line, step, facts)
             if reader:
                 found.append((position, line, "code that reads `.grad`"))
             elif call is not None and once_per_step:
@@ -101,7 +103,7 @@ def gradient_uses(
 
 
 def _window(
-    step: CallSite, backwards: list[CallSite], facts: ModuleFacts
+    step: StepSite, backwards: Sequence[CallSite], facts: ModuleFacts
 ) -> tuple[int, int] | None:
     """Source positions of the last backward before `step` in its function, and of `step`."""
     end = facts.order[step.statement]
@@ -111,7 +113,7 @@ def _window(
 
 
 def _lines_between(
-    step: CallSite, start: int, end: int, facts: ModuleFacts
+    step: StepSite, start: int, end: int, facts: ModuleFacts
 ) -> list[tuple[cst.SimpleStatementLine, int]]:
     return [(line, position) for line, position in facts.order.items()
             if isinstance(line, cst.SimpleStatementLine) and start < position < end
@@ -119,16 +121,16 @@ def _lines_between(
             and info.function is step.function]
 
 
-def runs_with_step(statement: Statement, step: Statement, facts: ModuleFacts) -> bool:
-    """Whenever `statement` runs, `step` follows in the same iteration: no `if` around the
-    step that is not also around `statement` (an accumulation guard). A loop around the step
+def runs_with_step(statement: Statement, step: StepSite, facts: ModuleFacts) -> bool:
+    """Whenever `statement` runs, `step` follows in the same iteration: no guard of the step
+    that is not also around `statement` (an accumulation guard). A loop around the step
     alone steps each optimizer of a container, each unscaled in a loop of its own."""
     around = facts.enclosing_statements(statement)
     tests = {facts.one_line(outer.test) for outer in around if isinstance(outer, cst.If)}
-    return not exclusive_branches(statement, step, facts) and not any(
-        isinstance(outer, cst.If) and outer not in around
-        and facts.one_line(outer.test) not in tests  # `if enc_opt is not None:` twice
-        for outer in facts.enclosing_statements(step)[1:])
+    return not exclusive_branches(statement, step.statement, facts) and not any(
+        guard not in around
+        and facts.one_line(guard.test) not in tests  # `if enc_opt is not None:` twice
+        for guard in step.guards)
 
 
 def exclusive_branches(statement: Statement, step: Statement, facts: ModuleFacts) -> bool:

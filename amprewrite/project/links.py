@@ -195,11 +195,11 @@ def _scaler_sites(analysis: ModuleAnalysis) -> list[tuple[CallSite, str | None]]
     sites: list[tuple[CallSite, str | None]] = []
     training = analysis.training
     if training.found and not training.refused:
-        sites += [(s, receiver_key(s.call.func.value)) for s in training.steps]  # type: ignore[attr-defined]
+        sites += [(s, s.key) for s in training.steps]
     for saved in analysis.checkpoints.saved:
         sites.append((saved.site, _saved_optimizer(saved.entry)))
     for restored in analysis.checkpoints.restored:
-        sites.append((restored.site, receiver_key(restored.site.call.func.value)))  # type: ignore[attr-defined]
+        sites.append((restored.site, restored.optimizer))
     return sites
 
 

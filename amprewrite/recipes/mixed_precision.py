@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis
-from amprewrite.analysis.names import FreshNames, receiver_key
+from amprewrite.analysis.names import FreshNames
 from amprewrite.analysis.scaler_home import (
     SCALER_NAMES,
     Use,
@@ -96,7 +96,7 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     builds = analysis.optimizer_builds if options.casts_model else []
     uses = [*training.backwards, *training.steps, *(b.binding for b in builds),
             *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
-    optimizers = {receiver_key(s.call.func.value) for s in training.steps}  # type: ignore[attr-defined]
+    optimizers = {s.key for s in training.steps}
     name = ctx.names.fresh(SCALER_NAMES)
     if analysis.links:
         uses = _linked_scaler(ctx, analysis.links, uses, optimizers, name)

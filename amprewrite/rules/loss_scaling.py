@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amprewrite.analysis.facts import CallSite
 from amprewrite.analysis.scaler_protocol import UpdatePoint
+from amprewrite.analysis.sites import BackwardSite, StepSite
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
@@ -47,36 +48,51 @@ UPDATE_ADDED = declare(
 )
 
 
-def scale_backwards(ctx: RuleContext, backwards: list[CallSite]) -> None:
+def scale_backwards(ctx: RuleContext, backwards: list[BackwardSite]) -> None:
     assert ctx.scaler_expr is not None
     scale = ctx.parse_expression(f"{ctx.scaler_expr}.scale")
     for site in backwards:
-        func = site.call.func
-        assert isinstance(func, cst.Attribute)
         loss_text = ctx.hoisted.get(id(site.call)) or ctx.facts.one_line(
-            func.value.with_changes(lpar=[], rpar=[]))
-
-        def build(node: cst.CSTNode, scale: cst.BaseExpression = scale) -> cst.CSTNode:
-            assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-            loss = node.func.value
-            if loss.lpar:  # `(loss / n).backward()` -> `scaler.scale(loss / n).backward()`
-                loss = loss.with_changes(lpar=[], rpar=[])
-            scaled = cst.Call(func=scale, args=[cst.Arg(value=loss)])
-            return node.with_changes(func=node.func.with_changes(value=scaled))
-
-        ctx.plan.replaces.append(Replace(site.call, build))
+            site.loss.with_changes(lpar=[], rpar=[]))
+        if site.method:
+            ctx.plan.replaces.append(Replace(site.call, partial(_scale_receiver, scale=scale)))
+            what = "`.backward()`"
+        else:
+            position = site.call.args.index(next(a for a in site.call.args
+                                                 if a.value is site.loss))
+            ctx.plan.replaces.append(Replace(site.call, partial(
+                _scale_argument, scale=scale, position=position)))
+            what = f"`{ctx.facts.one_line(site.call.func)}(...)`"
         scaled = f"{ctx.scaler_expr}.scale({loss_text})"
-        ctx.notes.append(Note(BACKWARD_SCALED, site.call, f"`.backward()` of `{loss_text}` scaled: "
+        ctx.notes.append(Note(BACKWARD_SCALED, site.call, f"{what} of `{loss_text}` scaled: "
                               f"`{scaled}`"))
 
 
-def route_steps(ctx: RuleContext, steps: list[CallSite]) -> None:
+def _scale_receiver(node: cst.CSTNode, scale: cst.BaseExpression) -> cst.CSTNode:
+    """`loss.backward()` -> `scaler.scale(loss).backward()`."""
+    assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+    loss = node.func.value
+    if loss.lpar:  # `(loss / n).backward()` -> `scaler.scale(loss / n).backward()`
+        loss = loss.with_changes(lpar=[], rpar=[])
+    scaled = cst.Call(func=scale, args=[cst.Arg(value=loss)])
+    return node.with_changes(func=node.func.with_changes(value=scaled))
+
+
+def _scale_argument(node: cst.CSTNode, scale: cst.BaseExpression, position: int) -> cst.CSTNode:
+    """`torch.autograd.backward([l1, l2])` -> `torch.autograd.backward(scaler.scale([l1, l2]))`
+    (the argument at `position`)."""
+    assert isinstance(node, cst.Call)
+    args = list(node.args)
+    scaled = cst.Call(func=scale, args=[cst.Arg(value=args[position].value)])
+    args[position] = args[position].with_changes(value=scaled)
+    return node.with_changes(args=args)
+
+
+def route_steps(ctx: RuleContext, steps: list[StepSite]) -> None:
     assert ctx.scaler_expr is not None
     step = ctx.parse_expression(f"{ctx.scaler_expr}.step")
     for site in steps:
-        func = site.call.func
-        assert isinstance(func, cst.Attribute)
-        optimizer_text = ctx.facts.one_line(func.value)
+        optimizer_text = ctx.facts.one_line(site.optimizer)
 
         def build(node: cst.CSTNode, step: cst.BaseExpression = step) -> cst.CSTNode:
             assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
@@ -87,7 +103,7 @@ def route_steps(ctx: RuleContext, steps: list[CallSite]) -> None:
                               f"`{ctx.scaler_expr}.step({optimizer_text})`"))
 
 
-def add_updates(ctx: RuleContext, after: list[CallSite]) -> None:
+def add_updates(ctx: RuleContext, after: list[StepSite]) -> None:
     """`scaler.update()` right after each last optimizer step of an iteration."""
     assert ctx.scaler_expr is not None
     code = f"{ctx.scaler_expr}.update()"

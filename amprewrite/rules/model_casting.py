@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from amprewrite.analysis.facts import CallSite, ModuleFacts
+from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.kinds import KindTable
-from amprewrite.analysis.names import receiver_key
 from amprewrite.analysis.optimizer_builds import OptimizerBuild
 from amprewrite.analysis.scaler_home import ScalerHome
+from amprewrite.analysis.sites import StepSite
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.unscaling import Clip
 from amprewrite.catalog import CHANGE, SKIP, declare
@@ -103,10 +103,10 @@ def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
                               f"the optimizer steps (`{masters_code}`)"))
 
 
-def _received(step: CallSite, facts: ModuleFacts) -> bool:
+def _received(step: StepSite, facts: ModuleFacts) -> bool:
     """Whether the optimizer a step steps arrives from outside the module: a parameter of
     the stepping function, or an attribute `__init__` stores from one of its parameters."""
-    key = receiver_key(step.call.func.value) or ""  # type: ignore[attr-defined]
+    key = step.key or ""
     if step.function is None:
         return False
     if key.split(".")[0] != "self":
@@ -124,9 +124,9 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
         linked = bool(analysis.links)  # a linked caller builds it and initializes there
         received = [s for s in analysis.training.steps if _received(s, ctx.facts)]
         if ctx.options.casts_model and not builds and received and not linked:
-            step = received[0].call
-            optimizer = ctx.facts.one_line(step.func.value)  # type: ignore[attr-defined]
-            ctx.notes.append(Note(MODEL_NOT_INITIALIZED, step, f"`{optimizer}` is built in "
+            optimizer = ctx.facts.one_line(received[0].optimizer)
+            ctx.notes.append(Note(MODEL_NOT_INITIALIZED, received[0].call,
+                                  f"`{optimizer}` is built in "
                                   f"another file: add `{ctx.scaler_expr}.initialize(model, "
                                   f"{optimizer})` by hand where it is (until then the model "
                                   "trains in float32)"))

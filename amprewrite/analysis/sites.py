@@ -1,0 +1,222 @@
+"""Typed facts about the call sites of a training step: each backward pass and what it
+backpropagates, each `.step()` and what it steps.
+
+This is the one place that takes such calls apart (`loss.backward()`, `opt.step()`,
+`scaler.step(opt)`); analyses and rules read the sites' fields instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import libcst as cst
+
+from amprewrite.analysis.facts import CallSite, ModuleFacts
+from amprewrite.analysis.forward import is_model_call
+from amprewrite.analysis.kinds import RECEIVER_KINDS, Kind, KindTable, kind_from_name
+from amprewrite.analysis.memo import per_module
+from amprewrite.analysis.names import dotted, iter_keys, receiver_key
+
+
+class BackwardKind(Enum):
+    """What a backward pass is, as far as loss scaling goes."""
+
+    LOSS = "loss"  # `loss.backward()`: scaled
+    SEEDED = "seeded"  # `out.backward(grad)` of a model output (WGAN): scaled like a loss
+    AUTOGRAD = "autograd"  # `torch.autograd.backward([l1, l2])`: its tensors are scaled
+    AUTOGRAD_UNPACKED = "autograd unpacked"  # `torch.autograd.backward(*losses)`
+    WITH_ARGUMENT = "with argument"  # `accelerator.backward(loss)`, `out.backward(grad)`
+    OBJECT = "object"  # `learner.backward()`: a training object's own method, no tensor's
+
+    @property
+    def scalable(self) -> bool:
+        return self in _SCALABLE
+
+
+_SCALABLE = frozenset({BackwardKind.LOSS, BackwardKind.SEEDED, BackwardKind.AUTOGRAD})
+
+
+@dataclass(frozen=True)
+class BackwardSite(CallSite):
+    """A backward pass and the tensor it backpropagates."""
+
+    loss: cst.BaseExpression  # the receiver; `torch.autograd.backward`'s tensors
+    kind: BackwardKind
+
+    @property
+    def method(self) -> bool:
+        """`loss.backward()`, not `torch.autograd.backward(loss)`."""
+        return self.kind not in (BackwardKind.AUTOGRAD, BackwardKind.AUTOGRAD_UNPACKED)
+
+    @property
+    def key(self) -> str | None:
+        """The loss as a name or attribute (`loss`, `self.loss`), if it is one."""
+        return receiver_key(self.loss)
+
+    @property
+    def keys(self) -> set[str]:
+        """Every name the loss expression reads."""
+        return set(iter_keys(self.loss))
+
+
+@dataclass(frozen=True)
+class StepSite(CallSite):
+    """`x.step(...)`: an optimizer's step, a scheduler's, or another object's (`env.step(a)`).
+    Through a scaler (`scaler.step(opt)`), `optimizer` is the argument."""
+
+    optimizer: cst.BaseExpression  # what is stepped
+    key: str | None  # `optimizer` as a name or attribute, if it is one
+    kind: Kind | None  # what it is, by construction, use or name
+    guards: tuple[cst.If, ...]  # the `if` statements around the step, innermost first
+
+    @property
+    def with_arguments(self) -> bool:
+        """`optimizer.step(closure)` (LBFGS), `env.step(action)`."""
+        return bool(self.call.args)
+
+    @property
+    def steps_optimizer(self) -> bool:
+        return self.kind is Kind.OPTIMIZER
+
+
+class CallSites:
+    """The backward passes and `.step()` calls of a module, in source order."""
+
+    def __init__(self, backwards: list[BackwardSite], steps: list[StepSite]) -> None:
+        self.backwards = backwards
+        self.steps = steps
+        self._by_call: dict[int, BackwardSite | StepSite] = {
+            id(site.call): site for site in backwards}
+        self._by_call.update((id(site.call), site) for site in steps)
+
+    def at(self, call: cst.Call) -> BackwardSite | StepSite | None:
+        """The backward or step site of `call`, if it is one."""
+        return self._by_call.get(id(call))
+
+    def step_of(self, call: cst.Call) -> StepSite | None:
+        site = self._by_call.get(id(call))
+        return site if isinstance(site, StepSite) else None
+
+
+@per_module
+def call_sites(facts: ModuleFacts, kinds: KindTable) -> CallSites:
+    """Every backward pass (`.backward(...)`, `torch.autograd.backward(...)`) and `.step(...)`
+    call of the module, classified."""
+    backwards, steps = [], []
+    for site in facts.calls:
+        func = site.call.func
+        if type(func) is cst.Attribute:
+            if func.attr.value == "backward":
+                backwards.append(_backward_site(site, func.value, facts, kinds))
+            elif func.attr.value == "step":
+                steps.append(_step_site(site, func.value, facts, kinds))
+        elif type(func) is cst.Name and facts.imports.resolve(func) == _AUTOGRAD_BACKWARD:
+            backwards.append(_backward_site(site, func, facts, kinds))  # `backward(loss)`
+    return CallSites(backwards, steps)
+
+
+_AUTOGRAD_BACKWARD = "torch.autograd.backward"
+
+
+def scaled_step(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> StepSite:
+    """`scaler.step(optimizer)`: the step of the optimizer it is given."""
+    stepped = site.call.args[0].value if site.call.args else site.call.func
+    return _step_site(site, stepped, facts, kinds)
+
+
+def _step_site(
+    site: CallSite, stepped: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable
+) -> StepSite:
+    key = receiver_key(stepped)
+    kind = kinds.of(key) or kind_from_name(key, RECEIVER_KINDS)
+    guards = []
+    for outer in facts.enclosing_statements(site.statement)[1:]:
+        if type(outer) is cst.FunctionDef:
+            break
+        if type(outer) is cst.If:
+            guards.append(outer)
+    return StepSite(site.call, site.statement, site.small, site.function, stepped, key, kind,
+                    tuple(guards))
+
+
+def _backward_site(
+    site: CallSite, receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable
+) -> BackwardSite:
+    call = site.call
+    positional = any(arg.keyword is None for arg in call.args)
+    loss = receiver
+    if facts.imports.resolve(call.func) == _AUTOGRAD_BACKWARD:
+        tensors = _tensors_argument(call)
+        loss = receiver if tensors is None else tensors.value
+        kind = BackwardKind.AUTOGRAD_UNPACKED if tensors is None else BackwardKind.AUTOGRAD
+    elif positional and not _seeded(call, receiver, facts, kinds):
+        kind = BackwardKind.WITH_ARGUMENT
+    elif _not_a_tensor(receiver, facts, kinds):
+        kind = BackwardKind.OBJECT
+    else:
+        kind = BackwardKind.SEEDED if positional else BackwardKind.LOSS
+    return BackwardSite(call, site.statement, site.small, site.function, loss, kind)
+
+
+def _tensors_argument(call: cst.Call) -> cst.Arg | None:
+    """The `tensors` argument of `torch.autograd.backward(tensors, ...)`: first, or by
+    keyword; None when they come unpacked (`*losses`) or not at all."""
+    for position, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if (arg.keyword is None and position == 0) or (
+                arg.keyword is not None and arg.keyword.value == "tensors"):
+            return arg
+    return None
+
+
+def _seeded(
+    call: cst.Call, receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable
+) -> bool:
+    """`errD_real.backward(one)` (WGAN): a model output's backward seeded with a gradient.
+    Scaling the output scales the gradients the seed produces, as for a loss."""
+    key = receiver_key(receiver)
+    if key is None or len(call.args) != 1 or call.args[0].star:
+        return False
+    values = [b.value for b in facts.bindings if b.keys == (key,)]
+    return bool(values) and all(_model_output(value, kinds) for value in values)
+
+
+def _model_output(value: cst.BaseExpression, kinds: KindTable) -> bool:
+    """A model's output, or arithmetic and tensor methods on one (`netD(x).mean(0).view(1)`)."""
+    if isinstance(value, cst.BinaryOperation):
+        return _model_output(value.left, kinds) or _model_output(value.right, kinds)
+    if isinstance(value, cst.UnaryOperation):
+        return _model_output(value.expression, kinds)
+    if not isinstance(value, cst.Call):
+        return False
+    if is_model_call(value, kinds):
+        return True
+    return isinstance(value.func, cst.Attribute) and _model_output(value.func.value, kinds)
+
+
+def _not_a_tensor(receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable) -> bool:
+    """`self`, a model or optimizer, or an object every binding builds from a class that is
+    not torch's (`learn = Learner(...)`): whatever its `.backward()` does, it is no loss."""
+    key = receiver_key(receiver)
+    if key is None:
+        return False
+    if key in ("self", "cls") or kinds.of(key) in (Kind.MODEL, Kind.OPTIMIZER, Kind.SCHEDULER):
+        return True
+    values = [b.value for b in facts.bindings if b.keys == (key,)]
+    return bool(values) and all(_builds_object(value, facts) for value in values)
+
+
+def _builds_object(value: cst.BaseExpression, facts: ModuleFacts) -> bool:
+    """`Learner(...)`: a class the module defines, or one it imports from outside torch (not
+    an instance with a capitalised name, `self.BCE_loss(out, y)`)."""
+    if not isinstance(value, cst.Call):
+        return False
+    name = dotted(value.func)
+    if name is None or not name.rsplit(".", 1)[-1][:1].isupper():
+        return False
+    if name in {cls.name.value for cls in facts.classes}:
+        return True
+    resolved = facts.imports.resolve(value.func)
+    return resolved is not None and not resolved.startswith("torch.")
