@@ -109,7 +109,8 @@ def _run(
 ) -> RewriteResult:
     """Analyse `module` (parsed from, or rendered as, `source`), run the recipe that applies,
     and carry out its plan; `carried` is the scaler arguments a migration found."""
-    return rewrite_analysed(analyse(module, scaler_arguments=carried), source, options)
+    return rewrite_analysed(analyse(module, scaler_arguments=carried, source=source), source,
+                            options)
 
 
 def rewrite_analysed(analysis: ModuleAnalysis, source: bytes, options: Options) -> RewriteResult:

@@ -12,6 +12,7 @@ from amprewrite.analysis.tree import descendants
 from amprewrite.codegen import locate, render, render_module
 from amprewrite.engine import rewrite_source
 from amprewrite.options import Options
+from amprewrite.rules import snippets
 from tests.execution import FIXTURES_DIR
 from tests.test_tree import EVERY_SHAPE
 
@@ -113,3 +114,26 @@ def test_rewrites_are_spliced(path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(codegen, "render", counting_render)
     rewrite_source(path.read_bytes(), Options())
     assert whole == []
+
+
+SNIPPETS = [
+    "scaler.scale", "self.scaler.step", "autocast()", "a", "amp_device", "None",
+    "torch.autocast(amp_device)", "scaler.scale(loss)", "lambda: 1", "x.if_", "not_a.call(1)",
+]
+STATEMENTS = [
+    "scaler.update()", "scaler = GradScaler()", "self.scaler = GradScaler()",
+    "from amprewrite_runtime import GradScaler, autocast", "scaler = GradScaler(enabled=x)",
+    "a.b = c.d()", "x = 1", "import torch", "print()",
+]
+
+
+@pytest.mark.parametrize("code", SNIPPETS)
+def test_built_expressions_equal_parsed_ones(code: str) -> None:
+    config = cst.parse_module(b"x = 1\r\n").config_for_parsing
+    assert snippets.expression(code, config).deep_equals(cst.parse_expression(code, config))
+
+
+@pytest.mark.parametrize("code", STATEMENTS)
+def test_built_statements_equal_parsed_ones(code: str) -> None:
+    config = cst.parse_module(b"def f():\n\tpass\n").config_for_parsing
+    assert snippets.statement(code, config).deep_equals(cst.parse_statement(code, config))

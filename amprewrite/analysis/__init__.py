@@ -54,8 +54,9 @@ class ModuleAnalysis:
     def __init__(
         self, module: cst.Module, scaler_arguments: tuple[str, ...] | None = None,
         project_kinds: Callable[[str], Kind | None] | None = None,
+        source: bytes | None = None,
     ):
-        self.facts: ModuleFacts = collect(module)
+        self.facts: ModuleFacts = collect(module, source)
         # `project_kinds`: what the project's functions this module imports return
         self.kinds = KindTable(self.facts, project_kinds)
         # The grad scaler's arguments as the script's own source text, carried forward from
@@ -281,6 +282,10 @@ class ModuleAnalysis:
         return lint(self.facts, self.kinds, self.amp_usage, self.checkpoints)
 
 
-def analyse(module: cst.Module, scaler_arguments: tuple[str, ...] | None = None) -> ModuleAnalysis:
-    """The analysis of `module`; `scaler_arguments` are what a migration carried forward."""
-    return ModuleAnalysis(module, scaler_arguments)
+def analyse(
+    module: cst.Module, scaler_arguments: tuple[str, ...] | None = None,
+    source: bytes | None = None,
+) -> ModuleAnalysis:
+    """The analysis of `module` (parsed from `source`, when given); `scaler_arguments` are
+    what a migration carried forward."""
+    return ModuleAnalysis(module, scaler_arguments, source=source)

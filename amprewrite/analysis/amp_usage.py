@@ -162,7 +162,7 @@ def _fsdp_policies(facts: ModuleFacts, usage: AmpUsage) -> None:
             (site.call, arg) for arg in site.call.args if arg.keyword is not None
             and arg.keyword.value in _POLICY_KEYWORDS and dotted(arg.value) in policies)
     for name in set(policies.values()):
-        uses = len(re.findall(rf"\b{re.escape(name)}\b", facts.module.code))
+        uses = len(re.findall(rf"\b{re.escape(name)}\b", facts.code))
         line = _import_line(facts, name)
         if line is None or uses > 1 + list(policies.values()).count(name):
             continue

@@ -79,13 +79,21 @@ class ModuleFacts:
     order: dict[Statement, int] = field(default_factory=dict)  # pre-order (source) position
     owner: dict[int, Statement] = field(default_factory=dict)  # id(node) -> its statement
     header_imports_end: int = 0  # index in module.body after the leading imports
+    source: bytes | None = None  # what the module was parsed from, when known
+
+    @cached_property
+    def code(self) -> str:
+        """The module's text: its source when known, else rendered (a full codegen pass)."""
+        if self.source is not None:
+            return self.source.decode(self.module.encoding)
+        return self.module.code
 
     @cached_property
     def line_limit(self) -> int:
         """The file's line-length convention: its longest line, at least PEP 8's 79 (a file
         whose lines are all shorter still wraps beyond it)."""
         return max(SHORTEST_LINE_LIMIT, *(len(line.expandtabs())
-                                          for line in self.module.code.splitlines()))
+                                          for line in self.code.splitlines()))
 
     def indentation(self, statement: Statement) -> int:
         """The width of `statement`'s indentation, in columns."""
@@ -301,8 +309,10 @@ _VISITS: dict[type, Callable[[_Collector, Any], None]] = {
 }
 
 
-def collect(module: cst.Module) -> ModuleFacts:
-    facts = ModuleFacts(module)
+def collect(module: cst.Module, source: bytes | None = None) -> ModuleFacts:
+    """The facts of `module`; `source`, the bytes it was parsed from (or rendered as), saves
+    rendering it again where its text is needed."""
+    facts = ModuleFacts(module, source=source)
     _Collector(facts).walk(module)
     facts.header_imports_end = _header_imports_end(module)
     return facts

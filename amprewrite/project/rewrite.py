@@ -125,8 +125,9 @@ def _analysed(program: Program, group: list[Path]) -> list[LinkedModule] | tuple
     modules = []
     for path in group:
         try:
-            analysis = ModuleAnalysis(engine.parse(program.sources[path]),
-                                      project_kinds=program.kinds_for(path))
+            source = program.sources[path]
+            analysis = ModuleAnalysis(engine.parse(source),
+                                      project_kinds=program.kinds_for(path), source=source)
         except Exception as exc:
             return path, rewrite_failure(exc)
         modules.append(LinkedModule(path, program.shown[path], analysis))

@@ -12,6 +12,7 @@ from amprewrite.analysis.names import FreshNames
 from amprewrite.analysis.training_step import Note
 from amprewrite.findings import Finding
 from amprewrite.options import Options
+from amprewrite.rules import snippets
 from amprewrite.rules.imports import torch_name
 from amprewrite.transform import Plan
 
@@ -70,9 +71,7 @@ class RuleContext:
         return name or "torch"
 
     def parse_statement(self, code: str) -> cst.SimpleStatementLine:
-        statement = cst.parse_statement(code, config=self.facts.module.config_for_parsing)
-        assert isinstance(statement, cst.SimpleStatementLine)
-        return statement
+        return snippets.statement(code, self.facts.module.config_for_parsing)
 
     def parse_expression(self, code: str) -> cst.BaseExpression:
-        return cst.parse_expression(code, config=self.facts.module.config_for_parsing)
+        return snippets.expression(code, self.facts.module.config_for_parsing)
