@@ -95,3 +95,12 @@ def test_a_step_through_the_scaler_steps_its_argument(
     assert (_text(facts, step.optimizer), step.key, step.kind) == (
         "optimizer", "optimizer", Kind.OPTIMIZER)
     assert step.call is through.call and step.guards == through.guards
+
+
+def test_messages_quote_each_backward_as_written(
+    analysed: tuple[ModuleFacts, CallSites]
+) -> None:
+    facts, sites = analysed
+    assert [s.shown(facts) for s in sites.backwards[:4]] == [
+        "loss.backward()", "(loss / 2).backward()", "torch.autograd.backward([loss, loss])",
+        "bw(loss)"]

@@ -49,6 +49,13 @@ class BackwardSite(CallSite):
         """`loss.backward()`, not `torch.autograd.backward(loss)`."""
         return self.kind not in (BackwardKind.AUTOGRAD, BackwardKind.AUTOGRAD_UNPACKED)
 
+    def shown(self, facts: ModuleFacts) -> str:
+        """The backward as messages quote it: `loss.backward()`,
+        `torch.autograd.backward(losses)`."""
+        if self.method:
+            return f"{facts.one_line(self.loss)}.backward()"
+        return f"{facts.one_line(self.call.func)}({facts.one_line(self.loss)})"
+
     @property
     def key(self) -> str | None:
         """The loss as a name or attribute (`loss`, `self.loss`), if it is one."""

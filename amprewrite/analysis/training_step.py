@@ -303,24 +303,24 @@ def _pair(
 
     backwards: list[BackwardSite] = []
     for backward in found.scalable:
-        text, function = facts.one_line(backward.loss), backward.function
+        text, function = backward.shown(facts), backward.function
         if function is not None and function.name.value in found.closure_functions:
             result.notes.append(Note(BACKWARD_IN_CLOSURE, backward.call,
-                                     f"`{text}.backward()` runs inside "
+                                     f"`{text}` runs inside "
                                      "an optimizer closure, whose step cannot be scaled; "
                                      "left unscaled"))
         elif not steps:
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
-                                     f"`{text}.backward()` has no optimizer "
+                                     f"`{text}` has no optimizer "
                                      "step in this file; left unchanged"))
         elif _before_the_loop(backward, steps, facts, kinds):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
-                                     f"`{text}.backward()` runs before the training loop, "
+                                     f"`{text}` runs before the training loop, "
                                      "whose optimizer steps never see its gradients; left "
                                      "unchanged"))
         elif function is not None and not _steps_in(function, steps) and reads_grad(function):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
-                                     f"`{text}.backward()` computes "
+                                     f"`{text}` computes "
                                      "gradients that are read, not stepped; left unchanged"))
         else:
             backwards.append(backward)
