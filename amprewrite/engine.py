@@ -264,8 +264,12 @@ def _check_compiles(source: bytes) -> None:
     """Compile the output: a bug in a rule must never reach the file. CPython's own parser
     and compiler are the authority (and catch what the grammar allows but Python refuses,
     like a repeated keyword); a second libcst parse would only cost time."""
+    import warnings
+
     try:
-        compile(source, "<amprewrite output>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # `x is 1` in the user's code: not amprewrite's to say
+            warnings.simplefilter("ignore")
+            compile(source, "<amprewrite output>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         if exc.msg == "too many statically nested blocks":
             raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, "the rewrite would nest blocks "

@@ -213,3 +213,19 @@ def test_every_package_is_installed() -> None:
     found |= {".".join(p.parent.relative_to(runtime).parts)
               for p in runtime.glob("amprewrite_runtime/**/__init__.py")}
     assert found == set(setuptools["packages"])
+
+
+def test_the_users_syntax_warnings_are_not_printed() -> None:
+    """`if step is 0:` makes CPython warn when the rewrite compiles the input and the output:
+    the warning is about the user's code, not the rewrite, and is not amprewrite's to print."""
+    source = TRAINING.replace(b"for step in range(3):\n",
+                              b"for step in range(3):\n    if step is 0:\n        continue\n")
+    assert source != TRAINING
+    result = subprocess.run(
+        [sys.executable, "-W", "always", "-c",
+         "import sys; from amprewrite.engine import rewrite_source; "
+         "from amprewrite.options import Options; "
+         "print(rewrite_source(sys.stdin.buffer.read(), Options()).changed)"],
+        input=source, capture_output=True, check=True)
+    assert result.stdout.strip() == b"True"
+    assert b"SyntaxWarning" not in result.stderr, result.stderr.decode()
