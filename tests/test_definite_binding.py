@@ -5,8 +5,9 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from amprewrite.analysis.definite_binding import bound_on_every_path
+from amprewrite.analysis.definite_binding import bound_on_every_path, bound_under_same_test
 from amprewrite.analysis.facts import collect
+from amprewrite.analysis.sites import guards_of
 
 CASES = {
     "if/elif/else all bind": (
@@ -33,3 +34,35 @@ def test_bound_on_every_path(name: str) -> None:
     use = next(site.statement for site in facts.calls if isinstance(site.call.func, cst.Attribute)
                and site.call.func.attr.value == "step")
     assert bound_on_every_path("opt", use, facts) is expected
+
+
+SAME_TEST = {
+    "same test": ("if args.autotune:\n    opt = 1\nfor i in x:\n    if args.autotune:\n"
+                  "        USE\n", True),
+    "same test, nested deeper": ("if args.tune:\n    opt = 1\nfor i in x:\n    if i:\n"
+                                 "        if args.tune:\n            USE\n", True),
+    "another test": ("if args.a:\n    opt = 1\nif args.b:\n    USE\n", False),
+    "test rebound after": ("if args.a:\n    opt = 1\nargs.a = True\nif args.a:\n    USE\n",
+                           False),
+    "test with a call": ("if random() < 0.5:\n    opt = 1\nif random() < 0.5:\n    USE\n",
+                         False),
+    "binding inside a branch of its if": (
+        "if args.a:\n    if b:\n        opt = 1\nif args.a:\n    USE\n", False),
+    "binder after the use": ("for i in x:\n    if flag:\n        USE\n    if flag:\n"
+                             "        opt = 1\n", False),
+    "loop variable in the test": ("for i in x:\n    if i % 2:\n        opt = 1\n"
+                                  "    if i % 2:\n        USE\n", True),
+    "module test, function use": ("if args.a:\n    opt = 1\ndef f():\n    if args.a:\n"
+                                  "        USE\n", True),
+    "function parameter shadows the test": (
+        "if args.a:\n    opt = 1\ndef f(args):\n    if args.a:\n        USE\n", False),
+}
+
+
+@pytest.mark.parametrize("name", SAME_TEST)
+def test_bound_under_same_test(name: str) -> None:
+    source, expected = SAME_TEST[name]
+    facts = collect(cst.parse_module(source.replace("USE", "opt.step()")))
+    use = next(site.statement for site in facts.calls if isinstance(site.call.func, cst.Attribute)
+               and site.call.func.attr.value == "step")
+    assert bound_under_same_test("opt", use, guards_of(use, facts), facts) is expected

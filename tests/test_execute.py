@@ -52,7 +52,7 @@ class Runnable:
     step_scheduler: bool = False  # an LR scheduler stepped per iteration, behind a guard
 
     def __str__(self) -> str:
-        return f"{self.name}-{self.style}"
+        return "-".join([self.name, self.style, *(arg.lstrip("-") for arg in self.args)])
 
     @property
     def rewrite(self) -> Path:
@@ -92,6 +92,11 @@ RUNNABLE = [
     Runnable("rule_seeded_backward_wgan", rtol=0.15, fp16_rtol=0.15),
     Runnable("rule_autograd_backward"),
     Runnable("rule_autograd_backward", style="O1_plain"),
+    Runnable("rule_optimizer_under_same_test", rtol=0.1, fp16_rtol=0.05),
+    Runnable("rule_optimizer_under_same_test", args=("--autotune", "0"), rtol=0.1,
+             fp16_rtol=0.05),
+    Runnable("rule_update_after_branch", rtol=0.1, fp16_rtol=0.05),
+    Runnable("rule_update_after_branch", args=("--autotune", "0"), rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_optimizers_built_when_training"),
     Runnable("rule_demo_backward_before_loop"),
     Runnable("rule_opaque_clip_optional_optimizer"),

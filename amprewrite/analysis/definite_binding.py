@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from amprewrite.analysis.facts import ModuleFacts, Statement
-from amprewrite.analysis.names import target_keys
+from amprewrite.analysis.facts import ModuleFacts, Statement, body
+from amprewrite.analysis.names import bound_keys, iter_keys, target_keys, walk
 
 
 def bound_on_every_path(key: str, statement: Statement, facts: ModuleFacts) -> bool:
@@ -43,6 +43,80 @@ def may_be_unbound(key: str, statement: Statement, facts: ModuleFacts) -> bool:
                       and key in {n for names in facts.parameters(function) for n in names}):
         return False
     return not any(bound_in_scope(key, scope, facts) for scope in scopes)
+
+
+def bound_under_same_test(
+    key: str, statement: Statement, guards: Sequence[cst.If], facts: ModuleFacts
+) -> bool:
+    """`if args.autotune: a_optimizer = Adam(...)`, and later `if args.autotune:
+    a_optimizer.step()` (cleanrl's SAC): `statement` runs under one of `guards` (the `if`s
+    around it) whose test is that of an earlier `if` binding `key` on every path through its
+    body, a test of names and attributes that nothing rebinds after that `if`. Wherever the
+    statement runs, the key exists."""
+    for guard in guards:
+        if not _stable(guard.test):
+            continue
+        test, keys = facts.one_line(guard.test), set(iter_keys(guard.test))
+        for binder in _ifs_run_before(guard, keys, facts):
+            if (facts.one_line(binder.test) == test and _suite_binds(binder.body, key)
+                    and not _rebound_after(binder, keys, facts)):
+                return True
+    return False
+
+
+_UNSTABLE = (cst.Call, cst.Subscript, cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda)
+
+
+def _stable(test: cst.BaseExpression) -> bool:
+    """A test whose value changes only when a name or attribute in it is rebound: no call, no
+    subscript (`random() < 0.5`, `flags["amp"]`)."""
+    return not any(isinstance(node, _UNSTABLE) for node in walk(test))
+
+
+def _ifs_run_before(guard: cst.If, keys: set[str], facts: ModuleFacts) -> list[cst.If]:
+    """The `if` statements every path to `guard` passes first: those before it in the blocks
+    around it; for a guard inside a function, also the module's top-level ones when the
+    function binds none of the test's names (the test reads the module's globals)."""
+    found: list[cst.If] = []
+    current: Statement = guard
+    while True:
+        block, index = facts.position(current)
+        found += [s for s in body(block)[:index] if isinstance(s, cst.If)]
+        parent = facts.statements[current].parent
+        if parent is None:
+            return found
+        if isinstance(parent, cst.FunctionDef | cst.ClassDef):
+            break
+        current = parent
+    function = facts.statements[guard].function
+    if function is not None and not _binds_any(function, keys, facts):
+        found += [s for s in body(facts.module) if isinstance(s, cst.If)]
+    return found
+
+
+def _binds_any(function: cst.FunctionDef, keys: set[str], facts: ModuleFacts) -> bool:
+    positional, keyword_only = facts.parameters(function)
+    return bool(keys & {*positional, *keyword_only}) or bool(keys & bound_keys(function.body))
+
+
+def _rebound_after(binder: cst.If, keys: set[str], facts: ModuleFacts) -> bool:
+    """Whether a statement after `binder` in the source binds any of `keys`."""
+    start = facts.order[binder]
+    return any(position > start and keys & _header_binds(statement)
+               for statement, position in facts.order.items())
+
+
+def _header_binds(statement: Statement) -> set[str]:
+    """What a simple statement line binds, or the header of a `for` or `with` (their bodies'
+    lines are statements of their own)."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return bound_keys(statement)
+    if isinstance(statement, cst.For):
+        return set(target_keys(statement.target))
+    if isinstance(statement, cst.With):
+        return {key for item in statement.items if item.asname is not None
+                for key in target_keys(item.asname.name)}
+    return set()
 
 
 def bound_in_scope(key: str, function: cst.FunctionDef | None, facts: ModuleFacts) -> bool:

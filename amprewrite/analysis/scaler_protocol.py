@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from amprewrite.analysis.control_flow import Exits, PathWalker, State
-from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement, body
+from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement, body
 from amprewrite.analysis.kinds import KindTable, optimizer_loop_elements
 from amprewrite.analysis.names import dotted, receiver_key, walk
 from amprewrite.analysis.sites import StepSite
@@ -115,15 +115,16 @@ def plan_updates(
     ordered = sorted(scopes.values(), key=lambda item: -_depth(item[0], facts))
     for scope, scope_steps in ordered:
         candidates = (_after_last_steps(scope_steps, facts, kinds),
-                      _after_last_statement(scope, scope_steps))
+                      _after_last_statement(scope, scope_steps),
+                      _after_last_statement_of_branch(scope, scope_steps, facts))
         first: list[Problem] | None = None  # the problems of the expert's placement
         for after, at in candidates:
             checker = _Checker(scope, steps, unscales, backwards, kinds,
-                               [*after, *plan.updates_after], at)
+                               [*after, *plan.updates_after], [*plan.updates_at, *at])
             problems = checker.complete()
             if not problems:
                 plan.updates_after.extend(after)
-                plan.updates_at.extend(checker.at)
+                plan.updates_at.extend(p for p in checker.at if p not in plan.updates_at)
                 break
             first = problems if first is None else first
         else:
@@ -199,6 +200,38 @@ def _after_last_statement(
     body = _body(scope)
     holders = [s for s in body if any(_contains(s, site.call) for site in steps)]
     return [], ([UpdatePoint(holders[-1], before=False)] if holders else [])
+
+
+def _after_last_statement_of_branch(
+    scope: Scope, steps: list[StepSite], facts: ModuleFacts
+) -> tuple[list[StepSite], list[UpdatePoint]]:
+    """One `update()` after the statement holding the last step in the innermost branch
+    holding every step of the iteration (`if step % update_every == 0:` around the critic,
+    actor and temperature steps, the last under `if args.autotune:`), when that is not the
+    iteration body itself nor a loop's body."""
+    chains = [_blocks_around(step.statement, scope, facts) for step in steps]
+    common = next((block for block in chains[0]
+                   if all(any(block is other for other in chain) for chain in chains[1:])), None)
+    if common is None or not isinstance(common, cst.IndentedBlock):
+        return [], []
+    owner = facts.statements[body(common)[0]].parent
+    if owner is None or isinstance(owner, cst.For | cst.While) or owner is scope:
+        return [], []
+    holders = [s for s in body(common) if any(_contains(s, site.call) for site in steps)]
+    return [], [UpdatePoint(holders[-1], before=False)]
+
+
+def _blocks_around(statement: Statement, scope: Scope, facts: ModuleFacts) -> list[Block]:
+    """The blocks holding `statement`, innermost first, up to (not including) `scope`'s."""
+    blocks: list[Block] = []
+    current: Statement | None = statement
+    while current is not None and current is not scope:
+        info = facts.statements[current]
+        if info.parent is scope:
+            break
+        blocks.append(info.block)
+        current = info.parent
+    return blocks
 
 
 def _contains(statement: cst.CSTNode, node: cst.CSTNode) -> bool:

@@ -12,7 +12,7 @@ from enum import Enum
 
 import libcst as cst
 
-from amprewrite.analysis.facts import CallSite, ModuleFacts
+from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.forward import is_model_call
 from amprewrite.analysis.kinds import RECEIVER_KINDS, Kind, KindTable, kind_from_name
 from amprewrite.analysis.memo import per_module
@@ -137,14 +137,19 @@ def _step_site(
 ) -> StepSite:
     key = receiver_key(stepped)
     kind = kinds.of(key) or kind_from_name(key, RECEIVER_KINDS)
+    return StepSite(site.call, site.statement, site.small, site.function, stepped, key, kind,
+                    guards_of(site.statement, facts))
+
+
+def guards_of(statement: Statement, facts: ModuleFacts) -> tuple[cst.If, ...]:
+    """The `if` statements around `statement` in its function, innermost first."""
     guards = []
-    for outer in facts.enclosing_statements(site.statement)[1:]:
+    for outer in facts.enclosing_statements(statement)[1:]:
         if type(outer) is cst.FunctionDef:
             break
         if type(outer) is cst.If:
             guards.append(outer)
-    return StepSite(site.call, site.statement, site.small, site.function, stepped, key, kind,
-                    tuple(guards))
+    return tuple(guards)
 
 
 def _backward_site(

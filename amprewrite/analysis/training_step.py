@@ -12,7 +12,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.definite_binding import bound_on_every_path, may_be_unbound
+from amprewrite.analysis.definite_binding import (
+    bound_on_every_path,
+    bound_under_same_test,
+    may_be_unbound,
+)
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement, body
 from amprewrite.analysis.forward import computes, is_model_call
 from amprewrite.analysis.kinds import (
@@ -27,7 +31,14 @@ from amprewrite.analysis.scaler_protocol import (
     UpdatePoint,
     plan_updates,
 )
-from amprewrite.analysis.sites import BackwardKind, BackwardSite, CallSites, StepSite, call_sites
+from amprewrite.analysis.sites import (
+    BackwardKind,
+    BackwardSite,
+    CallSites,
+    StepSite,
+    call_sites,
+    guards_of,
+)
 from amprewrite.analysis.statements import (
     calls_in,
     is_compute,
@@ -132,7 +143,8 @@ BACKWARD_WITH_ARGUMENT = declare(
 OPTIMIZER_BOUND_ON_SOME_PATHS = declare(
     "AMP212", SKIP, "optimizer bound only on some paths",
     "The stepped optimizer is created inside a branch; the scaler calls would name it where it "
-    "may not exist. Create it on every path.",
+    "may not exist. Create it on every path, or use it only under the test that created it "
+    "(`if args.autotune:` around its build and around its step, clipping and `.grad` reads).",
     why=(
         "The stepped optimizer is created inside a branch, so it may not exist on every "
         "path the scaler calls would name it."
@@ -339,7 +351,15 @@ def _plan_scaler(
     unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{facts.one_line(s.optimizer)}` "
                     "is bound only on some paths; the scaler cannot be used where it may be "
                     "missing; training step left unchanged")
-               for s in steps if _maybe_unbound(s, facts)]
+               for s in steps if _maybe_unbound(s.key, s.statement, s.guards, facts)]
+    unbound += [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, u.statement,
+                     f"`{facts.one_line(u.optimizer)}` is bound only on some paths; "
+                     f"`unscale_` before the {u.reason} would name it where it may be missing; "
+                     "training step left unchanged")
+                for u in unscales if not any(_maybe_unbound(s.key, s.statement, s.guards, facts)
+                                             for s in steps if s.optimizer is u.optimizer)
+                and _maybe_unbound(receiver_key(u.optimizer), u.statement,
+                                   guards_of(u.statement, facts), facts)]
     unbound += [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, u.optimizer,
                      f"`{facts.one_line(u.optimizer)}` may be None where "
                      "its gradients would be unscaled (no check of it around that point); "
@@ -574,19 +594,24 @@ def _over_elements(
     return unscale
 
 
-def _maybe_unbound(step: StepSite, facts: ModuleFacts) -> bool:
-    """The stepped optimizer may not exist on some path reaching the step. An attribute the
-    step's own class sets, if only `if self.isTrain:` (pix2pix), does not count: the scaler
-    is created at the top of `__init__` and named only where the optimizer already is."""
-    key = step.key
+def _maybe_unbound(
+    key: str | None, statement: Statement, guards: tuple[cst.If, ...], facts: ModuleFacts
+) -> bool:
+    """The optimizer `key` may not exist on some path reaching `statement` (its step, or
+    where its gradients are unscaled). An attribute the statement's own class sets, if only
+    `if self.isTrain:` (pix2pix), does not count: the scaler is created at the top of
+    `__init__` and named only where the optimizer already is; nor does an optimizer built
+    under `if args.autotune:` where the statement runs under the same test."""
     if key is None:
         return False
-    cls = facts.function_class.get(step.function) if step.function is not None else None
+    function = facts.statements[statement].function
+    cls = facts.function_class.get(function) if function is not None else None
     if key.startswith("self.") and cls is not None and all(
             b.function is not None and facts.function_class.get(b.function) is cls
             for b in facts.bindings if key in b.keys):
         return False
-    return may_be_unbound(key, step.statement, facts)
+    return may_be_unbound(key, statement, facts) and not bound_under_same_test(
+        key, statement, guards, facts)
 
 
 def _unguarded_none(unscale: Unscale, facts: ModuleFacts) -> bool:
