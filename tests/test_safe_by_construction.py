@@ -344,3 +344,30 @@ class Quantize(nn.Module):
     findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
     assert any(f.startswith("t.py:12:16: AMP147 `self.embed` is a buffer this forward updates")
                for f in findings), findings
+
+
+def test_module_methods_that_run_no_forward_are_not_reported_as_fp32_forwards() -> None:
+    """`model.get_parameter(name)` and the other methods of `nn.Module` (and of Hugging Face
+    models) inspect, move or register: no forward pass runs, so no AMP215."""
+    source = '''\
+import torch
+import torch.nn.functional as F
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        before = model.get_parameter("weight").clone()
+        model.get_submodule("").register_forward_pre_hook(hook)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print((model.get_parameter("weight") - before).norm(), model.get_buffer("b"))
+
+
+model = torch.nn.Linear(8, 3)
+train(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
+'''
+    result = rewrite_source(source.encode(), Options())
+    assert result.changed
+    assert not [f for f in result.findings if f.code == "AMP215"], result.findings

@@ -9,12 +9,22 @@ from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import dotted, receiver_key, walk
 from amprewrite.analysis.statements import calls_in, is_data_call
 
-# Module methods that are not a forward pass.
+# Module methods that are not a forward pass: every public method of torch 2.13's `nn.Module`
+# but `forward`, and the commonest of Hugging Face's `PreTrainedModel` and peft's.
 _NOT_FORWARD = frozenset({
-    "parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
-    "children", "named_children", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",
-    "cpu", "half", "float", "double", "bfloat16", "zero_grad", "apply", "register_forward_hook",
-    "register_buffer", "requires_grad_", "add_module", "get_submodule", "extra_repr", "type",
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double",
+    "eval", "extra_repr", "float", "get_buffer", "get_extra_state", "get_parameter",
+    "get_submodule", "half", "ipu", "load_state_dict", "modules", "mtia", "named_buffers",
+    "named_children", "named_modules", "named_parameters", "parameters", "register_backward_hook",
+    "register_buffer", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_full_backward_pre_hook",
+    "register_load_state_dict_post_hook", "register_load_state_dict_pre_hook", "register_module",
+    "register_parameter", "register_state_dict_post_hook", "register_state_dict_pre_hook",
+    "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to",
+    "to_empty", "train", "type", "xpu", "zero_grad",
+    "get_input_embeddings", "get_output_embeddings", "resize_token_embeddings", "tie_weights",
+    "gradient_checkpointing_enable", "gradient_checkpointing_disable", "save_pretrained",
+    "push_to_hub", "num_parameters", "enable_input_require_grads", "print_trainable_parameters",
 })
 
 
