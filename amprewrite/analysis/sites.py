@@ -101,10 +101,6 @@ class CallSites:
         """The backward or step site of `call`, if it is one."""
         return self._by_call.get(id(call))
 
-    def step_of(self, call: cst.Call) -> StepSite | None:
-        site = self._by_call.get(id(call))
-        return site if isinstance(site, StepSite) else None
-
 
 @per_module
 def call_sites(facts: ModuleFacts, kinds: KindTable) -> CallSites:

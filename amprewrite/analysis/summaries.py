@@ -17,7 +17,7 @@ from amprewrite.analysis.forward import is_loss_call, is_model_call
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.memo import per_module
 from amprewrite.analysis.names import dotted, walk
-from amprewrite.analysis.sites import call_sites
+from amprewrite.analysis.sites import StepSite, call_sites
 from amprewrite.analysis.statements import calls_in, is_backward_call, is_data_call
 
 _DEPTH = 4  # call levels followed through local functions
@@ -48,7 +48,7 @@ class Summaries:
 
     def __init__(self, facts: ModuleFacts, kinds: KindTable) -> None:
         self.facts, self.kinds = facts, kinds
-        self.steps = {id(site.call): site for site in call_sites(facts, kinds).steps}
+        self.sites = call_sites(facts, kinds)
         self._by_name: dict[str, cst.FunctionDef] = {}
         for function in facts.functions:
             if function not in facts.function_class:
@@ -99,8 +99,8 @@ class Summaries:
             forward=self._is_forward(call, function, resolved),
             loss=is_loss_call(call, self.facts, self.kinds),
             backward=is_backward_call(call) or is_autograd_call(call, self.facts),
-            steps=(step := self.steps.get(id(call))) is not None
-            and step.kind is not Kind.SCHEDULER,
+            steps=isinstance(site := self.sites.at(call), StepSite)
+            and site.kind is not Kind.SCHEDULER,
         )
 
     def _is_forward(
