@@ -348,18 +348,7 @@ def _plan_scaler(
     uses = gradient_uses(steps, backwards, facts, GradientReach(facts, kinds))
     unscales = [_over_elements(u, steps, facts, kinds) for u in uses.unscales]
     protocol = plan_updates(steps, unscales, backwards, facts, kinds)
-    unbound = [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, s.call, f"`{facts.one_line(s.optimizer)}` "
-                    "is bound only on some paths; the scaler cannot be used where it may be "
-                    "missing; training step left unchanged")
-               for s in steps if _maybe_unbound(s.key, s.statement, s.guards, facts)]
-    unbound += [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, u.statement,
-                     f"`{facts.one_line(u.optimizer)}` is bound only on some paths; "
-                     f"`unscale_` before the {u.reason} would name it where it may be missing; "
-                     "training step left unchanged")
-                for u in unscales if not any(_maybe_unbound(s.key, s.statement, s.guards, facts)
-                                             for s in steps if s.optimizer is u.optimizer)
-                and _maybe_unbound(receiver_key(u.optimizer), u.statement,
-                                   guards_of(u.statement, facts), facts)]
+    unbound = _unbound(steps, unscales, facts)
     unbound += [Note(OPTIMIZER_BOUND_ON_SOME_PATHS, u.optimizer,
                      f"`{facts.one_line(u.optimizer)}` may be None where "
                      "its gradients would be unscaled (no check of it around that point); "
@@ -592,6 +581,28 @@ def _over_elements(
             return Unscale(unscale.statement, unscale.optimizer, unscale.reason,
                            iterate=elements[name][1])
     return unscale
+
+
+def _unbound(steps: list[StepSite], unscales: list[Unscale], facts: ModuleFacts) -> list[Note]:
+    """Each stepped optimizer that may not exist where it is stepped, else where its
+    gradients would be unscaled (`unscale_` before a clipping outside the `if` that built it)."""
+    notes, unbound = [], set()
+    for step in steps:
+        if _maybe_unbound(step.key, step.statement, step.guards, facts):
+            unbound.add(id(step.optimizer))
+            notes.append(Note(OPTIMIZER_BOUND_ON_SOME_PATHS, step.call,
+                              f"`{facts.one_line(step.optimizer)}` is bound only on some paths; "
+                              "the scaler cannot be used where it may be missing; training step "
+                              "left unchanged"))
+    for unscale in unscales:
+        if id(unscale.optimizer) not in unbound and _maybe_unbound(
+                receiver_key(unscale.optimizer), unscale.statement,
+                guards_of(unscale.statement, facts), facts):
+            notes.append(Note(OPTIMIZER_BOUND_ON_SOME_PATHS, unscale.statement,
+                              f"`{facts.one_line(unscale.optimizer)}` is bound only on some "
+                              f"paths; `unscale_` before the {unscale.reason} would name it "
+                              "where it may be missing; training step left unchanged"))
+    return notes
 
 
 def _maybe_unbound(
