@@ -228,9 +228,8 @@ def _leads_outside(path: Path, top: Path) -> bool:
 def _gitignore(path: Path, problems: list[Problem]) -> pathspec.PathSpec | None:
     """The patterns of the `.gitignore` at `path`, without the lines git ignores (each
     reported); None when it cannot be read (a dangling link, a FIFO: never opened), as git
-    then applies none of it."""
-    import pathspec  # imported here: a run on named files starts faster without it
-
+    then applies none of it. pathspec is imported in `_spec`: a run on named files starts
+    faster without it."""
     try:
         lines = read_source(path).decode(errors="replace").splitlines()
     except OSError as exc:
@@ -239,20 +238,32 @@ def _gitignore(path: Path, problems: list[Problem]) -> pathspec.PathSpec | None:
                                               f"{reason.lower()}; its patterns are not applied")))
         return None
     try:
-        return pathspec.GitIgnoreSpec.from_lines(lines)
+        return _spec(lines)
     except (ValueError, re.error):  # one bad line fails them all: find it
         pass
     kept = []
     for number, line in enumerate(lines, start=1):
         try:
-            pathspec.GitIgnoreSpec.from_lines([line])
+            _spec([line])
         except (ValueError, re.error):
             problems.append(Problem(path, Finding(
                 GITIGNORE_LINE_IGNORED, number, 1,
                 f"`{line}` is not a valid pattern: ignored, as git ignores it")))
             continue
         kept.append(line)
-    return pathspec.GitIgnoreSpec.from_lines(kept)
+    return _spec(kept)
+
+
+def _spec(lines: list[str]) -> pathspec.PathSpec:
+    """pathspec's patterns for `lines`. `re` warns about some of the regexes it builds (a
+    FutureWarning for `[[a]`): those are the user's patterns, not amprewrite's to print."""
+    import warnings
+
+    import pathspec
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
 def _ignored(spec: pathspec.PathSpec, base: Path, path: Path, is_dir: bool) -> bool:

@@ -168,3 +168,15 @@ def test_a_symlink_leading_outside_the_named_directory_is_skipped(tmp_path: Path
     assert (named / "own.py").read_bytes() != TRAINING
     result = CliRunner().invoke(main, [str(named / "link.py")])  # named itself: followed
     assert result.exit_code == 1 and (outside / "real.py").read_bytes() != TRAINING
+
+
+def test_a_gitignore_pattern_python_warns_about_prints_no_warning(tree: Path) -> None:
+    """`[[a]b` compiles to a regex `re` warns about (FutureWarning: nested set): the pattern
+    is the user's, and still applies."""
+    (tree / ".gitignore").write_text("[[a]b\nskipped.py\n", encoding="utf-8")
+    (tree / "skipped.py").write_bytes(TRAINING)
+    result = subprocess.run([sys.executable, "-W", "always", "-m", "amprewrite", "--check",
+                             str(tree)], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "Warning" not in result.stderr, result.stderr
+    assert "skipped.py" not in result.stdout + result.stderr
