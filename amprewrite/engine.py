@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -204,11 +205,31 @@ def parse(source: bytes) -> cst.Module:
 def _parse(source: bytes) -> cst.Module:
     _check_input_compiles(source)
     try:
-        return cst.parse_module(source)
+        with _unvalidated():
+            return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise RewriteError(_syntax_error(exc)) from exc
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, _UNDECODABLE)) from exc
+
+
+@contextmanager
+def _unvalidated() -> Iterator[None]:
+    """libcst validates every node it builds (`CSTNode.__post_init__`): a fifth of a parse.
+    The nodes its parser builds from source CPython has just compiled are valid by
+    construction (libcst's own comment there says validation belongs elsewhere), so the parse
+    skips it; nodes the rules build are validated as ever. Runs never share a process's nodes
+    across threads (files go to processes), so the switch is this parse's alone."""
+    validate = cst.CSTNode.__post_init__
+    cst.CSTNode.__post_init__ = _valid  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        cst.CSTNode.__post_init__ = validate  # type: ignore[method-assign]
+
+
+def _valid(node: cst.CSTNode) -> None:
+    """A parsed node: nothing to check."""
 
 
 def _syntax_error(exc: cst.ParserSyntaxError) -> Finding:

@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from amprewrite import codegen
+from amprewrite import codegen, engine
 from amprewrite.analysis.tree import descendants
 from amprewrite.codegen import locate, render, render_module
 from amprewrite.engine import rewrite_source
@@ -137,3 +137,23 @@ def test_built_expressions_equal_parsed_ones(code: str) -> None:
 def test_built_statements_equal_parsed_ones(code: str) -> None:
     config = cst.parse_module(b"def f():\n\tpass\n").config_for_parsing
     assert snippets.statement(code, config).deep_equals(cst.parse_statement(code, config))
+
+
+@pytest.mark.parametrize("source", [EVERY_SHAPE.encode(), *(p.read_bytes() for p in INPUTS)],
+                         ids=["every shape", *map(str, INPUTS)])
+def test_the_unvalidated_parse_builds_the_validated_tree(source: bytes) -> None:
+    """The engine's parse skips libcst's per-node validation; the tree is the same (the
+    syntax sample is parsed without the engine's CPython compile, which refuses some of it)."""
+    with engine._unvalidated():
+        unvalidated = cst.parse_module(source)
+    assert unvalidated.deep_equals(cst.parse_module(source))
+
+
+def test_validation_is_back_after_a_parse_that_succeeds_or_fails() -> None:
+    engine.parse(b"x = 1\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.SimpleWhitespace("not whitespace")
+    with pytest.raises(engine.RewriteError):
+        engine.parse(b"x = (\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")
