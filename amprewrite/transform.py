@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.facts import Block, Statement
+from amprewrite.analysis.facts import Block, Statement, body
+
+# What an edit turns a node into: a node, nothing (`RemoveFromParent()`), or several.
+Built = cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class Replace:
     """Replace `node` by `build(updated_node)`."""
 
     node: cst.CSTNode
-    build: Callable[[cst.CSTNode], cst.CSTNode]
+    build: Callable[[cst.CSTNode], Built]
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ class _Applier(cst.CSTTransformer):
     def __init__(self, plan: Plan, visit: set[int]) -> None:
         super().__init__()
         self.visit = visit  # statements that hold an edit: the only ones worth entering
-        self.replaces: dict[int, list[Callable[[cst.CSTNode], cst.CSTNode]]] = {}
+        self.replaces: dict[int, list[Callable[[cst.CSTNode], Built]]] = {}
         for replace in plan.replaces:  # several edits of one node apply in plan order
             self.replaces.setdefault(id(replace.node), []).append(replace.build)
         self.wraps: dict[int, list[Wrap]] = {}
@@ -96,8 +99,10 @@ class _Applier(cst.CSTTransformer):
             return id(node) in self.visit
         return super().on_visit(node)
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
-        updated = super().on_leave(original_node, updated_node)
+    def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> Built:
+        updated: Built = super().on_leave(original_node, updated_node)
         for build in self.replaces.get(id(original_node), ()):
             if not isinstance(updated, cst.CSTNode):
                 break  # removed or flattened: later edits of the node have nothing to act on
@@ -113,10 +118,10 @@ class _Applier(cst.CSTTransformer):
     def leave_IndentedBlock(
         self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
     ) -> cst.IndentedBlock:
-        body = self._rebuild(original_node, updated_node.body)
-        if not body:  # every statement was removed
-            body = [cst.SimpleStatementLine([cst.Pass()])]
-        return updated_node.with_changes(body=body)
+        statements = self._rebuild(original_node, body(updated_node))
+        if not statements:  # every statement was removed
+            statements = [cst.SimpleStatementLine([cst.Pass()])]
+        return updated_node.with_changes(body=statements)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine

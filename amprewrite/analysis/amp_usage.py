@@ -254,8 +254,9 @@ def _is_scale_call(call: cst.Call, usage: AmpUsage) -> bool:
 def _checkpoint_entry(call: cst.Call, statement: Statement, usage: AmpUsage) -> None:
     """`"scaler": scaler.state_dict()` in a dict, `scaler=...` in dict(), or its own line."""
     for node in descendants(statement):
-        items = (node.elements if isinstance(node, cst.Dict)
-                 else node.args if isinstance(node, cst.Call) else ())
+        if not isinstance(node, cst.Dict | cst.Call):
+            continue
+        items = node.elements if isinstance(node, cst.Dict) else node.args
         for item in items:
             if isinstance(item, cst.DictElement | cst.Arg) and item.value is call:
                 usage.entries.append((node, item))

@@ -137,7 +137,7 @@ def _optimizer_entries(
 def _subscript_assignments(
     facts: ModuleFacts, kinds: KindTable, site: CallSite, name: str
 ) -> list[Statement]:
-    lines = []
+    lines: list[Statement] = []
     for binding in facts.bindings:
         if binding.function is not site.function or binding.keys != (name,):
             continue

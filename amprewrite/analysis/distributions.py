@@ -23,7 +23,7 @@ _NOT_TENSORS = (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString
 def distribution_inputs(regions: Iterable[Region], facts: ModuleFacts) -> list[cst.BaseExpression]:
     """Arguments of `torch.distributions` constructors called inside `regions` that may be
     low-precision tensors (not literals, not already `.float()`)."""
-    found = []
+    found: list[cst.BaseExpression] = []
     for region in regions:
         for statement in region.statements:
             for node in walk(statement):

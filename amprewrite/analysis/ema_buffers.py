@@ -66,8 +66,9 @@ def _registered_buffers(cls: cst.ClassDef) -> set[str]:
     found = set()
     for node in descendants(cls.body):
         if (type(node) is cst.Call and dotted(node.func) == "self.register_buffer"
-                and node.args and type(node.args[0].value) is cst.SimpleString):
-            found.add(f"self.{node.args[0].value.evaluated_value}")
+                and node.args and type(name := node.args[0].value) is cst.SimpleString
+                and isinstance(value := name.evaluated_value, str)):
+            found.add(f"self.{value}")
     return found
 
 

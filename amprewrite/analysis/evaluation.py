@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amprewrite.analysis.facts import Block, CallSite, ModuleFacts
+from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, body
 from amprewrite.analysis.forward import computes_loss, is_model_call
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted
@@ -102,6 +102,6 @@ def _is_no_grad(node: cst.BaseExpression, facts: ModuleFacts) -> bool:
 
 
 def _inside(region: Region, others: list[Region], facts: ModuleFacts) -> bool:
-    ancestors = facts.enclosing_statements(region.block.body[region.start])[1:]
+    ancestors = facts.enclosing_statements(body(region.block)[region.start])[1:]
     covered = {id(s) for other in others for s in other.statements}
     return any(id(a) in covered for a in ancestors)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from amprewrite.analysis.evaluation import under_no_grad
-from amprewrite.analysis.facts import CallSite, ModuleFacts
+from amprewrite.analysis.facts import CallSite, ModuleFacts, body
 from amprewrite.analysis.names import dotted, walk
 from amprewrite.analysis.statements import is_backward_call, is_step_call
 from amprewrite.analysis.training_step import Note, Region
@@ -86,7 +86,7 @@ class AmpInTraining:
         """The region already runs under one of the evaluation autocasts."""
         owners = {id(site.statement) for site in self.evaluation_autocasts}
         return any(id(outer) in owners for outer in
-                   facts.enclosing_statements(region.block.body[region.start])[1:])
+                   facts.enclosing_statements(body(region.block)[region.start])[1:])
 
     @property
     def notes(self) -> list[Note]:

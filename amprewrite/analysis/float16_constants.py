@@ -309,7 +309,8 @@ def _model_classes_run(regions: list[Region], facts: ModuleFacts, kinds: KindTab
         cls = done[name] = classes[name]
         if _runs_injected_submodule(cls):
             return list(classes.values())  # a submodule of unknown class: every class may run
-        pending.extend(dotted(b.value) for b in cls.bases if dotted(b.value) in classes)
+        pending.extend(name for name in map(dotted, (b.value for b in cls.bases))
+                       if name is not None and name in classes)
         pending.extend(c for c in _classes_built(cls) if c in classes)
     return list(done.values())
 

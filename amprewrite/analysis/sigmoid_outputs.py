@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.tree import descendants
 from amprewrite.analysis.unsafe_losses import UnsafeLoss
@@ -46,7 +46,7 @@ def saturating_inputs(moved: list[UnsafeLoss], facts: ModuleFacts) -> list[Satur
 
 
 def _sigmoid_source(
-    node: cst.BaseExpression, statement: cst.CSTNode, facts: ModuleFacts
+    node: cst.BaseExpression, statement: Statement, facts: ModuleFacts
 ) -> tuple[str, str, cst.BaseExpression | None] | None:
     """Where the sigmoid feeding a BCE input is, the advice, and the input to cast (if any)."""
     node = _peel(node)
@@ -56,7 +56,7 @@ def _sigmoid_source(
     if key is not None:  # `p = disc(x).view(-1)` earlier in the function
         function = facts.statements[statement].function if statement in facts.statements \
             else None
-        order = facts.order.get(statement, 0)  # type: ignore[call-overload]
+        order = facts.order.get(statement, 0)
         earlier = [b for b in facts.bindings if b.keys == (key,) and b.function is function
                    and facts.order.get(b.statement, 0) < order]
         if not earlier:

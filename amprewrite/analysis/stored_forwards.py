@@ -5,7 +5,7 @@ wrapped where it runs. Reported, so that a file called rewritten does not stay F
 
 from __future__ import annotations
 
-from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.facts import ModuleFacts, body
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.statements import calls_in
 from amprewrite.analysis.summaries import summaries_of
@@ -36,7 +36,7 @@ def forwards_elsewhere(
     summaries = summaries_of(facts, kinds)
     notes = []
     for region in regions:
-        function = facts.statements[region.block.body[region.start]].function
+        function = facts.statements[body(region.block)[region.start]].function
         if function is not None and not summaries.functions[function].forward \
                 and _torch_only(region, facts):
             notes.append(Note(FORWARD_RUNS_ELSEWHERE, region.block.body[region.start],

@@ -36,13 +36,14 @@ _SOURCE_ORDER = {
 _fields_of: dict[type[cst.CSTNode], tuple[str, ...]] = {}
 
 
-def node_types(base: type[cst.CSTNode]) -> frozenset[type[cst.CSTNode]]:
+def node_types(base: type) -> frozenset[type[cst.CSTNode]]:
     """`base` and every libcst class derived from it. `type(node) in node_types(...)` is a set
     lookup, where `isinstance` goes through ABCMeta in Python on every call."""
-    found = {base}
-    pending = [base]
+    found: set[type] = {base}
+    pending: list[type] = [base]
     while pending:
-        for subclass in pending.pop().__subclasses__():
+        subclasses: list[type] = pending.pop().__subclasses__()
+        for subclass in subclasses:
             if subclass not in found:
                 found.add(subclass)
                 pending.append(subclass)

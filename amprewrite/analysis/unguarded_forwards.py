@@ -48,7 +48,8 @@ def forwards_without_no_grad(
     notes = []
     for site in facts.calls:
         if (kinds.of_expr(site.call.func) is not Kind.MODEL or id(site.call) in reported
-                or facts.function_class.get(site.function) in models  # type: ignore[arg-type]
+                or (site.function is not None and facts.function_class.get(site.function)
+                    in models)
                 or _guarded(site, covered, facts)):
             continue
         scope = _scope(site, facts)

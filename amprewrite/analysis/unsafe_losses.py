@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.facts import Block, ModuleFacts, Statement
+from amprewrite.analysis.facts import Block, ModuleFacts, Statement, body
 from amprewrite.analysis.forward import is_model_call
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted
@@ -125,7 +125,7 @@ def split_unsafe_losses(
                 result.regions.append(rest)
             continue
         for index in range(region.start, region.end + 1):
-            statement = region.block.body[index]
+            statement = body(region.block)[index]
             if not unsafe_calls(statement, facts, kinds, helpers):
                 continue
             result.moved_out.append(

@@ -97,6 +97,11 @@ def append_entries(new: Sequence[cst.DictElement]) -> Builder:
     return build
 
 
+def replaced_by(new: cst.CSTNode) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """A builder putting `new` in the node's place."""
+    return lambda _: new
+
+
 def remove(_: cst.CSTNode) -> cst.RemovalSentinel:
     """A builder taking the node out of its parent (a statement, a decorator)."""
     return cst.RemoveFromParent()

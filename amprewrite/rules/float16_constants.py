@@ -12,6 +12,7 @@ from amprewrite.analysis.float16_constants import (
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.edits import replaced_by
 from amprewrite.rules.imports import torch_name
 from amprewrite.rules.registry import Example, rule
 from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
@@ -51,7 +52,7 @@ def fit_fills_to_dtype(ctx: RuleContext, found: Float16Constants) -> None:
         limit = "min" if fill.negative else "max"
         new = f"{torch}.finfo({code(fill.tensor)}.dtype).{limit}"
         replacement = ctx.parse_expression(new)
-        ctx.plan.replaces.append(Replace(fill.value, lambda _node, r=replacement: r))
+        ctx.plan.replaces.append(Replace(fill.value, replaced_by(replacement)))
         where = "is float16" if fill.certain else "may be float16"
         ctx.notes.append(Note(FILL_FITTED, fill.value, f"`{old}` does not fit float16 (largest "
                               f"65504) and this tensor {where} under autocast: filled with "

@@ -14,6 +14,7 @@ from amprewrite.analysis.unscaling import Clip
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.edits import replaced_by
 from amprewrite.rules.line_wrapping import fitted_to_line
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
@@ -96,7 +97,7 @@ def clip_master_weights(ctx: RuleContext, clips: list[Clip]) -> None:
             continue  # `model.clip_grad_norm_(1.0)`: the model clips its own gradients
         optimizer = ctx.facts.module.code_for_node(clip.optimizer)
         masters = ctx.parse_expression(f"{ctx.scaler_expr}.master_params({optimizer})")
-        ctx.plan.replaces.append(Replace(call.args[0].value, lambda _, new=masters: new))
+        ctx.plan.replaces.append(Replace(call.args[0].value, replaced_by(masters)))
         masters_code = f"{ctx.scaler_expr}.master_params({optimizer})"
         ctx.notes.append(Note(CLIPPING_ON_MASTER_WEIGHTS, call,
                               "clipping moved to the float32 master weights "

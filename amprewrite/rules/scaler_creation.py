@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from amprewrite.analysis.facts import body
 from amprewrite.analysis.scaler_home import ScalerHome
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
@@ -39,10 +40,11 @@ def create_scaler(
 ) -> str | None:
     """Plan `scaler = GradScaler(...)`; one that belongs to the module header (a global right
     after the imports) is returned for the header instead."""
-    body = home.block.body
-    code = fitted_to_line(f"{home.expression} = {constructor}", ctx.facts.indentation(body[0]),
-                   ctx.facts.module.default_indent, ctx.line_limit)
-    anchor = body[min(home.index, len(body)) - 1] if home.index > 0 else body[0]
+    statements = body(home.block)
+    code = fitted_to_line(f"{home.expression} = {constructor}",
+                          ctx.facts.indentation(statements[0]),
+                          ctx.facts.module.default_indent, ctx.line_limit)
+    anchor = statements[min(home.index, len(statements)) - 1] if home.index > 0 else statements[0]
     ctx.notes.append(Note(SCALER_CREATED, anchor,
                           f"grad scaler `{home.expression}` created {_WHERE[home.scope]}"))
     if home.scope == "global" and home.index == header_index:

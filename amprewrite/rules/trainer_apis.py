@@ -3,6 +3,7 @@ and autocast their forward passes, the way their documentation prescribes."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -76,14 +77,19 @@ def _adopt_class(ctx: RuleContext, trainer: TrainerClass, scaler: str, torch: st
     wrap_regions(ctx, trainer.eval_regions, EVALUATION_WRAPPED, "evaluation forward pass")
     for site in trainer.backwards:  # context.backward(loss) -> context.backward(scaler.scale(loss))
         scale = ctx.parse_expression(f"{scaler}.scale")
-        ctx.plan.replaces.append(Replace(site.call.args[0].value, lambda n, s=scale: cst.Call(
-            func=s, args=[cst.Arg(n.with_changes(lpar=[], rpar=[]))])))
+        ctx.plan.replaces.append(Replace(site.call.args[0].value, partial(_scaled, scale=scale)))
     for site in trainer.steps:
         ctx.plan.replaces.append(Replace(site.call, append_arguments(
             [keyword("scaler", ctx.parse_expression(scaler))])))
     if trainer.steps:
         _update_after(ctx, trainer.steps[-1], scaler)
 
+
+
+def _scaled(node: cst.CSTNode, scale: cst.BaseExpression) -> cst.CSTNode:
+    """`loss` -> `scaler.scale(loss)` (its parentheses dropped)."""
+    assert isinstance(node, cst.BaseExpression)
+    return cst.Call(func=scale, args=[cst.Arg(node.with_changes(lpar=[], rpar=[]))])
 
 
 def _update_after(ctx: RuleContext, step: CallSite, scaler: str) -> None:
