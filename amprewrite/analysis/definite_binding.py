@@ -75,8 +75,9 @@ def _stable(test: cst.BaseExpression) -> bool:
 
 def _ifs_run_before(guard: cst.If, keys: set[str], facts: ModuleFacts) -> list[cst.If]:
     """The `if` statements every path to `guard` passes first: those before it in the blocks
-    around it; for a guard inside a function, also the module's top-level ones when the
-    function binds none of the test's names (the test reads the module's globals)."""
+    around it; for a guard inside a function (not a nested one, whose test may read its outer
+    function's names), also the module's top-level ones when the function binds none of the
+    test's names (the test reads the module's globals)."""
     found: list[cst.If] = []
     current: Statement = guard
     while True:
@@ -89,7 +90,9 @@ def _ifs_run_before(guard: cst.If, keys: set[str], facts: ModuleFacts) -> list[c
             break
         current = parent
     function = facts.statements[guard].function
-    if function is not None and not _binds_any(function, keys, facts):
+    nested = function is not None and any(
+        isinstance(outer, cst.FunctionDef) for outer in facts.enclosing_statements(function)[1:])
+    if function is not None and not nested and not _binds_any(function, keys, facts):
         found += [s for s in body(facts.module) if isinstance(s, cst.If)]
     return found
 
