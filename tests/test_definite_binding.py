@@ -57,8 +57,8 @@ SAME_TEST = {
     "function parameter shadows the test": (
         "if args.a:\n    opt = 1\ndef f(args):\n    if args.a:\n        USE\n", False),
     "nested function reads its outer function's names": (
-        "if args.a:\n    opt = 1\ndef main():\n    args = parse()\n    def step():\n"
-        "        if args.a:\n            USE\n", False),
+        "def main():\n    args = parse()\n    def step():\n        if args.a:\n"
+        "            USE\nif args.a:\n    opt = 1\n", False),
 }
 
 
