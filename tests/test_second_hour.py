@@ -358,3 +358,37 @@ def test_the_projects_configured_line_length_wins(
     (project / name).write_text(text)
     assert _run(str(project / "sub" / "train.py"))[0] == 1
     assert expected in (project / "sub" / "train.py").read_text()
+
+
+def test_a_modules_own_methods_are_not_reported_even_without_forward() -> None:
+    """cleanrl's PPO `Agent` is an `nn.Module` with `get_value` and `get_action` but no
+    `forward`: its calls of its own layers run wherever its callers run them (under the
+    training step's autocast, under the rollout's `no_grad`), not as unguarded forwards."""
+    source = """import torch
+import torch.nn as nn
+
+
+class Agent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.critic = nn.Linear(4, 1)
+        self.actor = nn.Linear(4, 2)
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def get_action(self, x):
+        return self.actor(x).argmax(-1)
+
+
+agent = Agent()
+optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+for obs, ret in batches:
+    loss = (agent.get_value(obs) - ret).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+    rewritten, findings = _rewrite(source)
+    assert "scaler.scale(loss).backward()" in rewritten
+    assert not [f for f in findings if "AMP217" in f], findings
