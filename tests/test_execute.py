@@ -97,6 +97,7 @@ RUNNABLE = [
              fp16_rtol=0.05),
     Runnable("rule_update_after_branch", rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_update_after_branch", args=("--autotune", "0"), rtol=0.1, fp16_rtol=0.05),
+    Runnable("rule_escape_sample_from_method", rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_optimizers_built_when_training"),
     Runnable("rule_demo_backward_before_loop"),
     Runnable("rule_opaque_clip_optional_optimizer"),

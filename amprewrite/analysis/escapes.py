@@ -141,6 +141,7 @@ class _Scopes:
         self.facts, self.kinds, self.in_region, self.skip = facts, kinds, in_region, skip
         self.returns: dict[str, tuple[bool, ...]] = {}  # function name -> low per element
         self.held: dict[str, tuple[bool, ...]] = {}  # function name -> container per element
+        self.samples: dict[str, tuple[bool, ...]] = {}  # function name -> maybe integer, each
         self.result = Escapes()
         self.record = False
         self.under_caller = _run_under_caller(facts, kinds, in_region)
@@ -156,6 +157,7 @@ class _Scopes:
         self.passed_forwards = _passed_forwards(facts, self.by_name, self.model_forwards)
         self.forward_returns: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.forward_held: dict[cst.FunctionDef, tuple[bool, ...]] = {}
+        self.forward_samples: dict[cst.FunctionDef, tuple[bool, ...]] = {}
         self.array_objects = {  # `writer = SummaryWriter(...)`, `run = wandb.init(...)`
             key for b in facts.bindings if type(b.value) is cst.Call
             and _in_array_library(facts.imports.resolve(b.value.func) or "") for key in b.keys
@@ -173,9 +175,11 @@ class _Scopes:
             if not record:
                 self.returns[function.name.value] = scope.returned
                 self.held[function.name.value] = scope.returned_containers
+                self.samples[function.name.value] = scope.returned_samples
                 if function.name.value == "forward":
                     self.forward_returns[function] = scope.returned
                     self.forward_held[function] = scope.returned_containers
+                    self.forward_samples[function] = scope.returned_samples
 
     def float32_parameters(
         self, call: cst.Call, autocast: bool, caller: cst.FunctionDef | None
@@ -284,6 +288,7 @@ class _Scope:
         self.statement: Statement | None = None
         self.probe: list[Escape] | None = None  # set: only collect the uses a value reaches
         self.returned_containers: tuple[bool, ...] = ()  # which returned values are containers
+        self.returned_samples: tuple[bool, ...] = ()  # which returned values may be integers
         self.layers: set[str] = set()  # loop variables over a model's submodules
         self.counters: set[str] = set()  # loop variables counting (`for i in range(n)`)
         self.maybe_integer: set[str] = set()  # keys that may hold an integer tensor (samples)
@@ -353,10 +358,14 @@ class _Scope:
                         else [value])
             flags = tuple(self.is_low(e) for e in elements)
             held = tuple(receiver_key(e) in self.containers for e in elements)
+            samples = tuple(self.may_be_integer(e) for e in elements)
             if len(flags) == len(self.returned):  # several returns: low where any is
                 flags = tuple(a or b for a, b in zip(flags, self.returned, strict=True))
                 held = tuple(a or b for a, b in zip(held, self.returned_containers, strict=True))
+                samples = tuple(a or b for a, b in zip(samples, self.returned_samples,
+                                                       strict=True))
             self.returned, self.returned_containers = flags, held
+            self.returned_samples = samples
         elif type(small) is cst.Expr:
             self.check(small.value)
             self.track_append(small.value)
@@ -375,8 +384,11 @@ class _Scope:
                 self.bind_iteration(element, part)
 
     def bind(
-        self, target: cst.BaseExpression, low: bool, value: cst.BaseExpression | None = None
+        self, target: cst.BaseExpression, low: bool, value: cst.BaseExpression | None = None,
+        integer: bool = False,
     ) -> None:
+        """`target` now holds `value` (low precision or not); `integer`: it may hold an integer
+        tensor (a sample), whatever `value` shows."""
         if type(target) in (cst.Tuple, cst.List):
             parts = _elements(value) if value is not None else None
             unpacks_indices = type(value) is cst.Call and _method(value) in _VALUES_AND_INDICES
@@ -385,13 +397,18 @@ class _Scope:
                 element_low = self.is_low(part) if part is not None else (
                     low and not (unpacks_indices and position == 1))
                 held = False
+                # The dtype of an element no expression shows (`action, logp = agent.act(x)`)
+                # is unknown: it may be a sample, whose cast must leave integers alone.
+                integer = self.may_be_integer(part) if part is not None else element_low
                 if part is None and type(value) is cst.Call:
                     summary = self.summary(value)
                     if summary is not None and len(summary) == len(target.elements):
                         element_low = summary[position]
                         returned = self.held(value)
                         held = len(returned) == len(summary) and returned[position]
-                self.bind(element.value, element_low)
+                        samples = self.samples_of(value)
+                        integer = len(samples) == len(summary) and samples[position]
+                self.bind(element.value, element_low, integer=integer)
                 if held and element_low:
                     self.hold(element.value)
             return
@@ -401,7 +418,7 @@ class _Scope:
                 self.low.add(key)
                 self.containers.add(key)
             return
-        integer = low and value is not None and self.may_be_integer(value)
+        integer = low and (integer or (value is not None and self.may_be_integer(value)))
         for key in target_keys(target):
             if low:
                 self.low.add(key)
@@ -686,6 +703,14 @@ class _Scope:
         if forward is not None:
             return self.s.forward_held.get(forward, ())
         return self.s.held.get((dotted(call.func) or "").removeprefix("self."), ())
+
+    def samples_of(self, call: cst.Call) -> tuple[bool, ...]:
+        """Which returned values of the module function (or model `forward`) `call` runs may be
+        integer tensors (`return dist.sample(), logp`)."""
+        forward = self.s.model_forwards.get(dotted(call.func) or "")
+        if forward is not None:
+            return self.s.forward_samples.get(forward, ())
+        return self.s.samples.get((dotted(call.func) or "").removeprefix("self."), ())
 
     def is_low(self, node: cst.BaseExpression | None) -> bool:
         """Whether `node` may evaluate to a low-precision tensor (or a container of them)."""
