@@ -98,6 +98,7 @@ RUNNABLE = [
     Runnable("rule_update_after_branch", rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_update_after_branch", args=("--autotune", "0"), rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_escape_sample_from_method", rtol=0.1, fp16_rtol=0.05),
+    Runnable("rule_one_optimizer_two_models"),
     Runnable("rule_optimizers_built_when_training"),
     Runnable("rule_demo_backward_before_loop"),
     Runnable("rule_opaque_clip_optional_optimizer"),
@@ -190,6 +191,7 @@ CAST_MODEL_CASES = [
     ("transformer_lm", "O2"),
     ("mnist_functions", "O2"),
     ("rule_optimizer_tuple_assigned", "O2"),
+    ("rule_one_optimizer_two_models", "O2"),
     ("toplevel_loop", "O3"),
     ("main_loop", "O3"),
 ]

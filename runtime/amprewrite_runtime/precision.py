@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -26,7 +27,13 @@ def cast_model(model: nn.Module, dtype: torch.dtype, keep_batchnorm_fp32: bool) 
 
 def cast_inputs_at_forward(model: nn.Module, dtype: torch.dtype) -> None:
     """Like apex O2: floating-point inputs to `dtype` (a forward pre-hook), floating-point
-    outputs to float32 (a forward hook, ahead of the model's other forward hooks)."""
+    outputs to float32 (a forward hook, ahead of the model's other forward hooks). A module
+    with no `forward` of its own is never called itself (an RL agent whose `get_value` and
+    `get_action` call its networks, a `ModuleList`): its children are hooked instead."""
+    if type(model).forward is nn.Module.forward:
+        for child in model.children():
+            cast_inputs_at_forward(child, dtype)
+        return
     model.register_forward_pre_hook(functools.partial(_cast_inputs, dtype=dtype),
                                     with_kwargs=True)
     model.register_forward_hook(_outputs_to_float32, prepend=True)
@@ -64,7 +71,7 @@ class MasterWeights:
     refreshes them.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(self, models: Sequence[nn.Module], optimizer: torch.optim.Optimizer) -> None:
         self.pairs: list[tuple[nn.Parameter, nn.Parameter]] = []
         by_id: dict[int, nn.Parameter] = {}
         for group in optimizer.param_groups:
@@ -78,12 +85,14 @@ class MasterWeights:
                     param = master
                 params.append(param)
             group["params"] = params
-        self._names = {name: by_id[id(p)] for name, p in model.named_parameters()
-                       if id(p) in by_id}
-        # torch marks hooks with an attribute, which bound methods cannot carry: wrap them.
-        model.register_state_dict_post_hook(functools.partial(MasterWeights._save_masters, self))
-        load_hook = functools.partial(MasterWeights._load_masters, self)
-        model.register_load_state_dict_pre_hook(load_hook)
+        for model in models:  # the optimizer may step several (`[encoder, decoder]`)
+            names = {name: by_id[id(p)] for name, p in model.named_parameters()
+                     if id(p) in by_id}
+            # torch marks hooks with an attribute, which bound methods cannot carry: wrap them.
+            model.register_state_dict_post_hook(
+                functools.partial(MasterWeights._save_masters, names))
+            model.register_load_state_dict_pre_hook(
+                functools.partial(MasterWeights._load_masters, names))
 
     def grads_to_masters(self) -> None:
         for param, master in self.pairs:
@@ -100,14 +109,21 @@ class MasterWeights:
             for param, master in self.pairs:
                 param.copy_(master)
 
-    def _save_masters(self, module: nn.Module, state: dict, prefix: str, metadata: Any) -> None:
-        for name, master in self._names.items():
+    @staticmethod
+    def _save_masters(
+        names: dict[str, nn.Parameter], module: nn.Module, state: dict, prefix: str,
+        metadata: Any,
+    ) -> None:
+        for name, master in names.items():
             if prefix + name in state:
                 state[prefix + name] = master.detach().clone()
 
-    def _load_masters(self, module: nn.Module, state: dict, prefix: str, *args: Any) -> None:
+    @staticmethod
+    def _load_masters(
+        names: dict[str, nn.Parameter], module: nn.Module, state: dict, prefix: str, *args: Any
+    ) -> None:
         with torch.no_grad():
-            for name, master in self._names.items():
+            for name, master in names.items():
                 if prefix + name in state:
                     master.copy_(state[prefix + name])
 

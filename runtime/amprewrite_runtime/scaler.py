@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -91,15 +91,17 @@ class GradScaler:
     # Setup (O2/O3) -----------------------------------------------------------------------
     def initialize(
         self,
-        model: nn.Module,
+        model: nn.Module | Sequence[nn.Module],
         optimizer: torch.optim.Optimizer,
         opt_level: str | None = None,
         *,
         keep_batchnorm_fp32: bool | str | None = None,
         master_weights: bool | str | None = None,
         loss_scale: str | float | None = None,
-    ) -> tuple[nn.Module, torch.optim.Optimizer]:
-        """Cast `model` for O2/O3 and give `optimizer` float32 master weights (O2).
+    ) -> tuple[nn.Module | Sequence[nn.Module], torch.optim.Optimizer]:
+        """Cast `model` (or the models `optimizer` steps together, `[encoder, decoder]`, as
+        apex's `amp.initialize` takes them) for O2/O3 and give `optimizer` float32 master
+        weights (O2).
 
         A no-op at O0/O1, so a script rewritten at O2 also runs at O0/O1 through
         `AMPREWRITE_OPT_LEVEL`. Returns the same objects, changed in place. An opt level or
@@ -117,7 +119,8 @@ class GradScaler:
         self._passthrough = False  # master weights may follow: the full path from now on
         if not self.properties.cast_model:
             return model, optimizer
-        device = self._device_type or next(model.parameters()).device.type
+        models = list(model) if isinstance(model, list | tuple) else [model]
+        device = self._device_type or next(models[0].parameters()).device.type
         self._policy.observe_device(device)
         dtype = self._policy.dtype(device, self._dtype)
         if (dtype == torch.float16 and not self.properties.master_weights
@@ -126,10 +129,11 @@ class GradScaler:
                           "GradScaler cannot be made to unscale float16 gradients",
                           RuntimeWarning, stacklevel=2)
             self.properties = replace(self.properties, master_weights=True)
-        cast_model(model, dtype, self.properties.keep_batchnorm_fp32)
-        cast_inputs_at_forward(model, dtype)
+        for each in models:
+            cast_model(each, dtype, self.properties.keep_batchnorm_fp32)
+            cast_inputs_at_forward(each, dtype)
         if self.properties.master_weights:
-            self._masters[id(optimizer)] = MasterWeights(model, optimizer)
+            self._masters[id(optimizer)] = MasterWeights(models, optimizer)
         return model, optimizer
 
     def master_params(self, optimizer: torch.optim.Optimizer) -> Iterator[nn.Parameter]:

@@ -243,3 +243,62 @@ def test_initialize_cannot_change_the_level_after_scaling() -> None:
     scaler.scale(model(torch.randn(4, 8)).sum()).backward()
     with pytest.raises(RuntimeError, match="before the first scale"):
         scaler.initialize(model, optimizer, opt_level="O2")
+
+
+@pytest.mark.parametrize("level", ["O2", "O3"])
+def test_one_optimizer_over_several_models_initializes_them_all(level: str) -> None:
+    """`scaler.initialize([encoder, decoder], optimizer)`, as apex took a list of models and as
+    the codemod writes for an optimizer over several models' parameters (cleanrl's SAC:
+    `Adam(list(qf1.parameters()) + list(qf2.parameters()))`)."""
+    torch.manual_seed(0)
+    encoder, decoder = nn.Linear(8, 16), nn.Linear(16, 1)
+    optimizer = torch.optim.Adam([*encoder.parameters(), *decoder.parameters()], lr=1e-2)
+    scaler = GradScaler(level)
+    models, _ = scaler.initialize([encoder, decoder], optimizer)
+    assert models == [encoder, decoder]
+    assert encoder.weight.dtype == decoder.weight.dtype == torch.bfloat16
+    x = torch.randn(64, 8)
+    y = x.sum(dim=1, keepdim=True)
+    losses = []
+    for _ in range(20):
+        optimizer.zero_grad()
+        with autocast():
+            loss = nn.functional.mse_loss(decoder(torch.relu(encoder(x))), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < 0.5 * losses[0]
+    stepped = optimizer.param_groups[0]["params"]
+    if level == "O2":  # float32 masters for both models, each model's checkpoint holds its own
+        assert all(p.dtype == torch.float32 for p in stepped)
+        assert torch.equal(encoder.state_dict()["weight"], stepped[0].detach())
+        assert torch.equal(decoder.state_dict()["weight"], stepped[2].detach())
+    else:
+        assert stepped[0] is encoder.weight
+
+
+class _Agent(nn.Module):
+    """cleanrl's PPO agent: no `forward`, methods that call its networks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.critic = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+        self.actor = nn.Linear(4, 2)
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(x)
+
+    def get_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor(x)
+
+
+@pytest.mark.parametrize("level", ["O2", "O3"])
+def test_a_model_without_forward_gets_its_networks_inputs_cast(level: str) -> None:
+    agent = _Agent()
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-2)
+    GradScaler(level).initialize(agent, optimizer)
+    x = torch.randn(8, 4)  # float32, as an environment's observations
+    assert agent.critic[0].weight.dtype == torch.bfloat16
+    assert agent.get_value(x).dtype == torch.float32
+    assert agent.get_logits(x).dtype == torch.float32
