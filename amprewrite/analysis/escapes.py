@@ -699,18 +699,22 @@ class _Scope:
     def held(self, call: cst.Call) -> tuple[bool, ...]:
         """Which returned values of the module function (or model `forward`) `call` runs are
         lists or dicts the function filled (`attentions.append(a)`; `return out, attentions`)."""
-        forward = self.s.model_forwards.get(dotted(call.func) or "")
-        if forward is not None:
-            return self.s.forward_held.get(forward, ())
-        return self.s.held.get((dotted(call.func) or "").removeprefix("self."), ())
+        return self._per_element(call, self.s.forward_held, self.s.held)
 
     def samples_of(self, call: cst.Call) -> tuple[bool, ...]:
         """Which returned values of the module function (or model `forward`) `call` runs may be
         integer tensors (`return dist.sample(), logp`)."""
+        return self._per_element(call, self.s.forward_samples, self.s.samples)
+
+    def _per_element(
+        self, call: cst.Call, by_forward: dict[cst.FunctionDef, tuple[bool, ...]],
+        by_name: dict[str, tuple[bool, ...]],
+    ) -> tuple[bool, ...]:
+        """A per-returned-value fact of the model `forward` or module function `call` runs."""
         forward = self.s.model_forwards.get(dotted(call.func) or "")
         if forward is not None:
-            return self.s.forward_samples.get(forward, ())
-        return self.s.samples.get((dotted(call.func) or "").removeprefix("self."), ())
+            return by_forward.get(forward, ())
+        return by_name.get((dotted(call.func) or "").removeprefix("self."), ())
 
     def is_low(self, node: cst.BaseExpression | None) -> bool:
         """Whether `node` may evaluate to a low-precision tensor (or a container of them)."""

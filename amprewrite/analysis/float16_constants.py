@@ -261,8 +261,7 @@ def model_module_fills(facts: ModuleFacts, kinds: KindTable) -> Float16Constants
     the fills float16 cannot hold in their forward passes: those run under the autocast of a
     training script elsewhere. `torch.finfo(x.dtype).min` is right in every dtype."""
     found = Float16Constants()
-    classes = [c for c in facts.classes
-               if kinds.kind_of_value(cst.Call(cst.Name(c.name.value))) is Kind.MODEL]
+    classes = kinds.model_classes()
     if not classes:
         return found
     finder = _Finder(facts, kinds, found, module_constants(facts))
@@ -298,8 +297,7 @@ def _model_classes_run(regions: list[Region], facts: ModuleFacts, kinds: KindTab
                        ) -> list[cst.ClassDef]:
     """The model classes of this file whose `forward` a region runs, with the classes they
     build and derive from."""
-    classes = {c.name.value: c for c in facts.classes
-               if kinds.kind_of_value(cst.Call(cst.Name(c.name.value))) is Kind.MODEL}
+    classes = {c.name.value: c for c in kinds.model_classes()}
     pending = _classes_called(regions, facts, kinds, classes)
     done: dict[str, cst.ClassDef] = {}
     while pending:

@@ -181,6 +181,12 @@ class KindTable:
                         kinds.setdefault(cls.name.value, kind)
         return kinds
 
+    def model_classes(self) -> list[cst.ClassDef]:
+        """The module's classes whose instances are models (`nn.Module` subclasses, and
+        classes derived from them)."""
+        return [cls for cls in self.facts.classes
+                if self.kind_of_value(cst.Call(cst.Name(cls.name.value))) is Kind.MODEL]
+
     def kind_of_value(self, value: cst.BaseExpression) -> Kind | None:
         """The kind of what an expression evaluates to, as far as it can be told."""
         if isinstance(value, cst.Call):

@@ -43,8 +43,7 @@ def forwards_without_no_grad(
     covered = {id(statement) for region in regions for statement in region.statements}
     models = {cls for function, cls in facts.function_class.items()
               if function.name.value == "forward"}
-    models |= {cls for cls in facts.classes  # an nn.Module without `forward` (cleanrl's Agent)
-               if kinds.kind_of_value(cst.Call(cst.Name(cls.name.value))) is Kind.MODEL}
+    models |= set(kinds.model_classes())  # an nn.Module without `forward` (cleanrl's Agent)
     computing_gradients = {id(outer) for site in facts.calls if _computes_gradients(site, facts)
                            for outer in facts.enclosing_statements(site.statement)}
     notes = []
