@@ -197,8 +197,14 @@ def _after_last_statement(
     scope: Scope, steps: list[StepSite]
 ) -> tuple[list[StepSite], list[UpdatePoint]]:
     """One `update()` after the statement of the iteration body that holds the last step."""
-    body = _body(scope)
-    holders = [s for s in body if any(_contains(s, site.call) for site in steps)]
+    return _after_last_holder(_body(scope), steps)
+
+
+def _after_last_holder(
+    statements: Sequence[Statement], steps: list[StepSite]
+) -> tuple[list[StepSite], list[UpdatePoint]]:
+    """One `update()` after the last of `statements` that holds a step."""
+    holders = [s for s in statements if any(_contains(s, site.call) for site in steps)]
     return [], ([UpdatePoint(holders[-1], before=False)] if holders else [])
 
 
@@ -217,8 +223,7 @@ def _after_last_statement_of_branch(
     owner = facts.statements[body(common)[0]].parent
     if owner is None or isinstance(owner, cst.For | cst.While) or owner is scope:
         return [], []
-    holders = [s for s in body(common) if any(_contains(s, site.call) for site in steps)]
-    return [], [UpdatePoint(holders[-1], before=False)]
+    return _after_last_holder(body(common), steps)
 
 
 def _blocks_around(statement: Statement, scope: Scope, facts: ModuleFacts) -> list[Block]:
