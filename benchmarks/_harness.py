@@ -18,7 +18,7 @@ import runpy
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from round_orders import orders
 
 from amprewrite.engine import rewrite_source
 from amprewrite.options import Options
@@ -107,7 +108,7 @@ def run_in_turns(scripts: dict[str, Path], config: Config, steps: int, warmup: i
                  repeats: int, label: str,
                  environments: dict[str, dict[str, str]] | None = None) -> dict[str, list[Run]]:
     """Each variant's runs: every script's `main()` called `repeats` times in turn, the order
-    rotated each round, in one fresh process for `config`.
+    in round_orders' balanced orders, in one fresh process for `config`.
 
     One process for all variants: a process's own speed varies by a few percent from one
     start to the next (memory layout, thread pool), more than the differences sought. The
@@ -137,7 +138,7 @@ def _turns(scripts: dict[str, Path], config: Config, steps: int, warmup: int, re
         os.environ.pop(variable, None)
     mains = {variant: runpy.run_path(str(path))["main"] for variant, path in scripts.items()}
     runs: dict[str, list[Run]] = {variant: [] for variant in scripts}
-    for index, order in enumerate(rounds(list(scripts), repeats), start=1):
+    for index, order in enumerate(orders(list(scripts), repeats), start=1):
         for variant in order:
             extra = environments.get(variant, {})
             os.environ.update(extra)
@@ -150,13 +151,6 @@ def _turns(scripts: dict[str, Path], config: Config, steps: int, warmup: int, re
             runs[variant].append(run)
             progress(f"{label} round {index}/{repeats} {variant}: {run.median_ms:.3f} ms/step")
     return runs
-
-
-def rounds(variants: Sequence[str], repeats: int) -> Iterator[list[str]]:
-    """`repeats` orders of `variants`, rotated each round so that none always runs first."""
-    for index in range(repeats):
-        shift = index % len(variants)
-        yield [*variants[shift:], *variants[:shift]]
 
 
 def median_ms(seconds: Sequence[float]) -> float:

@@ -2,7 +2,8 @@
 bfloat16 like FP32, and is amprewrite's rewrite as fast as an expert's hand edit?
 
     bash benchmarks/gpu.sh                  # on the GPU machine: results under $OUT
-    python benchmarks/gpu.py [--budget S] [--out DIR] [--skip-fixtures] [--units U ...]
+    python benchmarks/gpu.py [--budget S] [--out DIR] [--skip-fixtures | --cases C ...]
+                             [--units U ...]
     python benchmarks/gpu.py --smoke        # the same code paths on the CPU, tiny, in a minute
     python benchmarks/gpu.py --regenerate   # rewrite gpu_scripts/*_fp32.py (needs amprewrite)
 
@@ -87,11 +88,12 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def run_fixtures(smoke: bool) -> list[dict[str, Any]]:
+def run_fixtures(smoke: bool, names: list[str] | None) -> list[dict[str, Any]]:
     import gpu_fixtures
 
     started = time.time()
-    checks = gpu_fixtures.check_cases(gpu_fixtures.selected(smoke), "cpu" if smoke else "cuda")
+    checks = gpu_fixtures.check_cases(gpu_fixtures.selected(smoke, names),
+                                      "cpu" if smoke else "cuda")
     print(f"fixtures: {len(checks)} checks in {time.time() - started:.0f} s", flush=True)
     return [{**check.__dict__, "relative": check.relative} for check in checks]
 
@@ -111,7 +113,7 @@ def run_timings(units: list[str], deadline: float, results: Path, smoke: bool) -
         except subprocess.TimeoutExpired:
             code = "timeout"
         records = gpu_report.read(results)
-        ended = {r["unit"] for r in records if r["kind"] == "end"}
+        ended = {r["unit"] for r in records if r["kind"] in ("end", "skipped")}
         started = [r["unit"] for r in records if r["kind"] == "start"]
         if code != 0 and started and started[-1] not in ended:  # that unit killed the child
             crashed = started[-1]
@@ -138,6 +140,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes on the CPU: check the code paths, measure nothing")
     parser.add_argument("--skip-fixtures", action="store_true")
+    parser.add_argument("--cases", nargs="+", metavar="CASE",
+                        help="only these fixture cases (`trainer_class`, `trainer_class-O1`)")
     parser.add_argument("--units", nargs="+", choices=UNITS, default=UNITS)
     parser.add_argument("--regenerate", action="store_true",
                         help="rewrite gpu_scripts/*_fp32.py into *_rewrite.py and stop")
@@ -155,7 +159,7 @@ def main() -> int:
         parser.error("no CUDA device: use --smoke on a machine without a GPU")
     print(f"{info['date']} {info['device']} torch {info['torch']} CUDA {info['cuda']}",
           flush=True)
-    checks = [] if args.skip_fixtures else run_fixtures(args.smoke)
+    checks = [] if args.skip_fixtures else run_fixtures(args.smoke, args.cases)
     print(write_report(args.out, info, checks, results), flush=True)  # should the rest die
     run_timings(args.units, deadline, results, args.smoke)
     print(write_report(args.out, info, checks, results), flush=True)

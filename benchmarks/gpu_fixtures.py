@@ -52,6 +52,8 @@ class Check:
     rtol: float
     on: str  # device types the Linear/Conv forwards ran on, e.g. "cuda"
     detail: str = ""
+    losses_fp32: tuple[float, ...] = ()  # every loss of both runs, where not ok (gpu.json)
+    losses_amp: tuple[float, ...] = ()
 
     @property
     def relative(self) -> float:
@@ -80,11 +82,13 @@ def _judge(case: Runnable, dtype: str, fp32: ScriptRun, amp: ScriptRun) -> Check
         return Check(status="crash", detail=_last_line(amp), **common)
     if dtype not in amp.train_dtypes:
         seen = ", ".join(sorted(set(amp.train_dtypes))) or "no forward"
-        return Check(status="nocast", detail=f"trained in {seen}", **common)
+        return Check(status="nocast", detail=f"trained in {seen}",
+                     losses_fp32=tuple(fp32.losses), losses_amp=tuple(amp.losses), **common)
     finite = all(math.isfinite(loss) for loss in amp.losses) and amp.losses
     close = math.isclose(_final(amp), _final(fp32), rel_tol=rtol, abs_tol=1e-3)
     if not (finite and close and len(amp.losses) == len(fp32.losses)):
-        return Check(status="drift", **common)
+        return Check(status="drift", losses_fp32=tuple(fp32.losses),
+                     losses_amp=tuple(amp.losses), **common)
     return Check(status="ok", **common)
 
 
@@ -105,6 +109,11 @@ def check_cases(cases: list[Runnable], device: str) -> list[Check]:
     return checks
 
 
-def selected(smoke: bool) -> list[Runnable]:
-    """All of test_execute's cases; the smoke run takes two."""
-    return RUNNABLE[:2] if smoke else list(RUNNABLE)
+def selected(smoke: bool, names: list[str] | None = None) -> list[Runnable]:
+    """test_execute's cases: those `names` gives (a fixture, or a fixture and its style as
+    `str(case)` writes it), else all; the smoke run takes the first two."""
+    cases = [case for case in RUNNABLE
+             if names is None or case.name in names or str(case) in names]
+    if names is not None and not cases:
+        raise SystemExit(f"no fixture case named {' or '.join(names)}")
+    return cases[:2] if smoke else cases

@@ -54,7 +54,8 @@ def build(info: dict[str, Any], checks: list[dict[str, Any]],
         row["ratio"] = row["rewrite_speedup"] / row["hand_speedup"]
         row["targets"] = targets(row)
         rows.append(row)
-    missing = [r for r in records if r["kind"] in ("skipped", "crashed")]
+    missing = list({r["unit"]: r for r in records if r["kind"] in ("skipped", "crashed")
+                    and r["unit"] not in {row["unit"] for row in rows}}.values())
     return {"benchmark": "gpu", "machine": info, "fixtures": checks, "timings": rows,
             "missing": missing}
 

@@ -7,8 +7,9 @@ UNIT is `mode:model:dtype` (`eager:resnet50:bfloat16`, `compile:gpt2:float16`; `
 them in the order gpu.py runs them); DEADLINE is a time.time() after which no unit starts (nor
 one that the last unit of its model and mode says would not end by then). A unit builds the
 FP32, rewritten and hand-written scripts' states on the device, warms each up (which compiles
-it, under torch.compile), then runs the three `train()`s in rounds, the order rotated each
-round, so that all three see the same process, allocator and GPU clocks. A run's first `DROP`
+it, under torch.compile), then runs the three `train()`s in rounds, in the six orders of
+round_orders.py (each variant first, last and right after each other one equally often), so
+that all three see the same process, allocator and GPU clocks. A run's first `DROP`
 steps are left out (each run makes a fresh grad scaler, as a script does); the step time of a
 variant is the median of the rest of its steps over all rounds. Rounds stop early when the
 next one would pass the unit's share of the time left (`--budget` in gpu.py): at least one
@@ -45,6 +46,9 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from round_orders import orders  # beside this file, also when imported as a module
+
 SCRIPTS = Path(__file__).resolve().parent / "gpu_scripts"
 VARIANTS = ("fp32", "rewrite", "hand")
 DTYPES = ("bfloat16", "float16")
@@ -63,7 +67,7 @@ def settings(smoke: bool) -> dict[str, Any]:
     if smoke:
         return {"steps": DROP + 2, "warmup": 1, "rounds": 2, "backend": "aot_eager",
                 "device": "cpu"}
-    return {"steps": {"mlp": 40, "resnet50": 14, "gpt2": 14}, "warmup": 3, "rounds": 3,
+    return {"steps": {"mlp": 24, "resnet50": 9, "gpt2": 9}, "warmup": 3, "rounds": 6,
             "backend": "inductor", "device": "cuda"}
 
 
@@ -171,11 +175,6 @@ def count_graph_breaks(modules: dict[str, dict[str, Any]], device: torch.device,
     return counts
 
 
-def rotated(index: int) -> list[str]:
-    shift = index % len(VARIANTS)
-    return [*VARIANTS[shift:], *VARIANTS[:shift]]
-
-
 def measure(unit: str, modules: dict[str, dict[str, Any]], device: torch.device,
             config: dict[str, Any], share_s: float) -> dict[str, Any]:
     """The three variants of one unit: step times, memory, graph breaks."""
@@ -185,8 +184,8 @@ def measure(unit: str, modules: dict[str, dict[str, Any]], device: torch.device,
     variants = {name: Variant(modules[name], device, config["warmup"]) for name in VARIANTS}
     steps = config["steps"] if isinstance(config["steps"], int) else config["steps"][model]
     started, rounds, before = time.perf_counter(), 0, dynamo_counts()
-    while rounds < config["rounds"]:
-        for variant in rotated(rounds):
+    for order in orders(VARIANTS, config["rounds"]):
+        for variant in order:
             ms = variants[variant].run(steps)
             print(f"{unit} round {rounds + 1} {variant}: {ms:.2f} ms/step", file=sys.stderr,
                   flush=True)

@@ -12,9 +12,9 @@ the default: each scaler hook then costs one attribute check). The rewrite with
 AMPREWRITE_TRACE set is measured too, to show what tracing costs when it is on.
 
 Measured in-process: the differences sought are microseconds, so both training loops (each
-script's `main()`) run in one interpreter, alternating blocks of `--steps` steps, the order
-rotated each round, so that both see the same process, allocator, thread pool and machine
-state; a process per block would add its own variance and seconds of start-up. Each device
+script's `main()`) run in one interpreter, alternating blocks of `--steps` steps, in
+round_orders' balanced orders, so that both see the same process, allocator, thread pool and
+machine state; a process per block would add its own variance and seconds of start-up. Each device
 runs in a fresh spawned process, as the runtime reads AMPREWRITE_DEVICE/_DTYPE once per
 process. The first `--warmup` steps of each block are dropped.
 """

@@ -7,7 +7,7 @@ the FP32 script itself and against the same script made mixed-precision by hand 
 Models (scripts/<model>_fp32.py and _torch_amp.py): the MLP of the R torch AMP article, a small
 CNN and a small transformer LM. Devices: the CPU in bfloat16, and CUDA in float16 and in
 bfloat16 when available. The three scripts' `main()`s run in one process per device and
-dtype, `--repeats` rounds of the three in turn (the order rotated each round) to cancel
+dtype, `--repeats` rounds of the three in turn (in round_orders' balanced orders) to cancel
 machine drift: a process's own speed varies by a few percent from start to start, more than
 the differences sought. The first `--warmup` steps of each run are dropped and the other step
 times of a variant pooled: its median is the variant's step time. Targets: rewrite speedup /

@@ -48,9 +48,11 @@ autocast makes it.
 
 Another default device (`AMPREWRITE_TEST_DEVICE=cuda`, removed likewise; set by
 `tests/execution.py` for runs on a GPU): tensors and modules created without a device are
-created there, as under `torch.set_default_device`, except a random op given a generator of
-another device (a DataLoader's shuffling draws from a CPU generator), which keeps the
-generator's device. A script that names its device keeps it. `forward_devices` counts the
+created there, as under `torch.set_default_device`; a random op given a CPU generator draws
+from it as on the CPU and its result is moved there. What a script written for the CPU does
+with such tensors is done as its GPU version would do it: `.numpy()` copies to the CPU first,
+and a `backward(gradient)` given a CPU tensor (a legacy `torch.FloatTensor([1])`) gets it
+moved. A script that names its device keeps it. `forward_devices` counts the
 Linear/Conv forwards by the device type of their output, so a caller can see where it ran.
 
 The record is written when the script finishes, also when it raises (the traceback is kept
@@ -149,8 +151,9 @@ def _install_observers(record: dict) -> None:
     original_tensor_backward = torch.Tensor.backward
 
     def tensor_backward(self, *args, **kwargs):
-        note_backward(self)
         depth = getattr(local, "depth", 0)
+        if depth == 0:  # a torch function mode calls this again from inside (GPU runs)
+            note_backward(self)
         local.depth = depth + 1
         try:
             return original_tensor_backward(self, *args, **kwargs)
@@ -422,10 +425,20 @@ def install_default_device(name: str) -> None:
     class DefaultDevice(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            generator = kwargs.get("generator")
-            if (func in constructors and kwargs.get("device") is None
-                    and (generator is None or generator.device.type == device.type)):
-                kwargs["device"] = device
+            if func in constructors and kwargs.get("device") is None:
+                generator = kwargs.get("generator")
+                if generator is None or generator.device.type == device.type:
+                    kwargs["device"] = device
+                else:  # drawn from the script's CPU generator, as on the CPU, then moved
+                    return func(*args, **kwargs).to(device)
+            name = getattr(getattr(func, "__wrapped__", func), "__name__", "")  # observed
+            if name == "numpy" and args and args[0].device.type != "cpu":
+                return args[0].cpu().numpy(*args[1:], **kwargs)
+            gradient = kwargs.get("gradient")
+            if (name == "backward" and isinstance(gradient, torch.Tensor) and args
+                    and isinstance(args[0], torch.Tensor)
+                    and gradient.device != args[0].device):  # a legacy torch.FloatTensor
+                kwargs["gradient"] = gradient.to(args[0].device)
             return func(*args, **kwargs)
 
     DefaultDevice().__enter__()  # for the rest of the process

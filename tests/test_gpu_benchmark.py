@@ -35,20 +35,33 @@ DEFAULT_DEVICE_PROBE = """
 import sys, torch
 sys.path.insert(0, sys.argv[1])
 import _bootstrap
+record = _bootstrap._new_record("probe.py", [])
+_bootstrap._install_observers(record)
 _bootstrap.install_default_device("meta")
+generator = torch.Generator().manual_seed(0)
+drawn = torch.randn(3, generator=generator)
 print(torch.randn(2).device, torch.nn.Linear(2, 2).weight.device,
-      torch.zeros(1, device="cpu").device,
+      torch.zeros(1, device="cpu").device, drawn.device,
       torch.randperm(4, generator=torch.Generator()).device)
+x = torch.ones(2, requires_grad=True)
+(x * 2).backward(torch.FloatTensor([1, 1]))
+print(x.grad.device, record["backward_count"])
+try:
+    torch.ones(2).numpy()
+except NotImplementedError as error:  # .cpu() first: a meta tensor has no data to copy
+    print("copied" if "meta" in str(error) else error)
 """
 
 
-def test_default_device_spares_cpu_generators() -> None:
+def test_default_device_as_a_gpu_script_would_have_it() -> None:
     """The bootstrap's default device (for GPU runs; `meta` stands in for CUDA here): made
-    without a device means made there, except a random op drawing from a CPU generator, as
-    a DataLoader's shuffling does (its RandomSampler: `randperm(n, generator=cpu_generator)`)."""
+    without a device means made there, a random op drawing from a CPU generator too (as on
+    the CPU, then moved: the script's seeded data is the same); a CPU gradient given to
+    `backward` is moved (and the backward observed once), and `.numpy()` copies to the CPU
+    first (on meta, that copy is what fails)."""
     out = subprocess.run([sys.executable, "-c", DEFAULT_DEVICE_PROBE, str(REPO / "tests")],
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["meta", "meta", "cpu", "cpu"]
+    assert out == ["meta", "meta", "cpu", "meta", "meta", "meta", "1", "copied"]
 
 
 @pytest.mark.parametrize("model", ["mlp", "resnet50", "gpt2"])

@@ -45,10 +45,12 @@ def onednn_runs_lstm(dtype: torch.dtype) -> bool:
     _probing = dtype
     try:
         # With grad (the training primitive, even when the first region is an evaluation
-        # under no_grad or inference_mode), and without drawing from the script's RNG.
+        # under no_grad or inference_mode), without drawing from the script's RNG, and on
+        # the CPU whatever `torch.set_default_device` says (elsewhere the probe would try
+        # another device's LSTM and draw from that device's generator).
         with torch.random.fork_rng(devices=[]), torch.inference_mode(False), \
                 torch.enable_grad(), torch.autocast("cpu", dtype=dtype):
-            torch.nn.LSTM(1, 1)(torch.zeros(1, 1, 1))
+            torch.nn.LSTM(1, 1, device="cpu")(torch.zeros(1, 1, 1, device="cpu"))
     except RuntimeError:
         return False
     finally:

@@ -70,6 +70,10 @@ class GradScaler:
         self._unscaled: set[int] = set()
         self._skipped_steps = 0
         self._last_step_skipped = False
+        # torch's found-inf flags, kept on the device until someone asks (_read_skips): the
+        # last step's, and the number of skipped steps since the last read.
+        self._unread_skip: torch.Tensor | None = None
+        self._unread_skips: torch.Tensor | None = None
         self._skips_known_at_update = False  # torch's found-inf flags were unreadable
         self._tracer = Tracer.from_env()  # None unless AMPREWRITE_TRACE/_MAX_STEPS is set
         # Known after the first scale(): the scaler is off and nothing else happens around
@@ -81,11 +85,13 @@ class GradScaler:
     @property
     def last_step_skipped(self) -> bool:
         """Whether the last `step()` skipped `optimizer.step()` for inf/NaN gradients."""
+        self._read_skips()
         return self._last_step_skipped
 
     @property
     def skipped_steps(self) -> int:
         """How many steps were skipped for inf/NaN gradients (kept in checkpoints)."""
+        self._read_skips()
         return self._skipped_steps
 
     # Setup (O2/O3) -----------------------------------------------------------------------
@@ -190,15 +196,14 @@ class GradScaler:
         self._unscaled.discard(id(optimizer))
         scaler = self._scaler
         if scaler is None or not scaler.is_enabled():
-            self._last_step_skipped = False
+            self._note_step(None)
             result = optimizer.step(*args, **kwargs)
         else:
             result = scaler.step(optimizer, *args, **kwargs)
             found = torch_internals.found_inf(scaler, optimizer)
             self._skips_known_at_update |= found is None
-            self._last_step_skipped = bool(found)
-            self._skipped_steps += self._last_step_skipped
-        if masters is not None and not self._last_step_skipped:
+            self._note_step(found)
+        if masters is not None and not self.last_step_skipped:
             masters.masters_to_model()
         if self._tracer is not None:
             self._tracer.on_step(self._step_record() if self._tracer.writes else None)
@@ -249,7 +254,7 @@ class GradScaler:
                           f"running at {self.opt_level}", UserWarning, stacklevel=2)
         self._state = {key: _plain(state.get(key, value))
                        for key, value in self._scale_state().items()}
-        self._skipped_steps = int(state.get("skipped_steps", self._skipped_steps))
+        self._skipped_steps = int(state.get("skipped_steps", self.skipped_steps))
         if self.is_enabled():
             assert self._scaler is not None
             self._scaler.load_state_dict(self._native_state())
@@ -285,13 +290,14 @@ class GradScaler:
         device = self._policy.device_type()
         dtype = "float32" if self.opt_level == "O0" else str(self._policy.dtype(device))
         return StepRecord(self.opt_level, dtype.removeprefix("torch."), device,
-                          float(self.get_scale()), self._last_step_skipped)
+                          float(self.get_scale()), self.last_step_skipped)
 
     def _update_telling_skips(self, new_scale: float | torch.Tensor | None) -> None:
         """`update()` where torch's found-inf flags were unreadable (`torch_internals`): as
         Accelerate does, a step was skipped if the dynamic update backed the scale off; a
         static (or given) scale then replaces the updated one."""
         assert self._scaler is not None
+        self._read_skips()
         before = self._scaler.get_scale()
         self._scaler.update()
         self._last_step_skipped = self._scaler.get_scale() < before
@@ -299,6 +305,30 @@ class GradScaler:
         self._skips_known_at_update = False
         if new_scale is not None:
             self._scaler.update(new_scale)
+
+    def _note_step(self, found: torch.Tensor | None) -> None:
+        """A step taken (`found` None) or for torch's scaler to decide (`found`: its flag,
+        not read yet: reading it here would stall the host until the optimizer step just
+        queued has run, so the next step could not be queued meanwhile)."""
+        self._last_step_skipped = False
+        self._unread_skip = found
+        if found is not None:
+            count = found.int()
+            self._unread_skips = (count if self._unread_skips is None
+                                  else self._unread_skips + count)
+
+    def _read_skips(self) -> None:
+        """Read the flags kept on the device (one sync): the last step's, and the count."""
+        if self._unread_skips is None:
+            return
+        last = self._unread_skip
+        if last is None:
+            self._skipped_steps += int(self._unread_skips.item())
+        else:
+            skipped, count = torch.stack([last.int(), self._unread_skips]).tolist()
+            self._last_step_skipped = bool(skipped)
+            self._skipped_steps += count
+        self._unread_skip = self._unread_skips = None
 
     def _torch_scaler(self, device: str) -> torch.amp.GradScaler:
         if self._scaler is None:

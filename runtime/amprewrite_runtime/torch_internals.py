@@ -33,18 +33,25 @@ PUBLIC_BATCHNORMS: tuple[type[nn.Module], ...] = (
 )
 
 
-def found_inf(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool | None:
-    """Whether torch's `scaler.step(optimizer)` just skipped the step for inf/NaN gradients;
-    None where torch no longer keeps its flags as expected. Reading them syncs with the
-    device, as torch's own `step()` already has."""
+def found_inf(
+    scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer
+) -> torch.Tensor | None:
+    """Whether torch's `scaler.step(optimizer)` just skipped the step for inf/NaN gradients,
+    as a new boolean tensor on the device (queued, not read: reading it waits for the
+    optimizer step just queued, a sync torch's own `step()` does not make); None where torch
+    no longer keeps its flags as expected. A new tensor, because torch's `update()` adds the
+    other optimizers' flags into the first one's in place."""
     states = getattr(scaler, "_per_optimizer_states", None)
     state = states.get(id(optimizer)) if isinstance(states, Mapping) else None
     flags = state.get("found_inf_per_device") if isinstance(state, Mapping) else None
     if not isinstance(flags, Mapping) or not flags:
         return None
-    if not all(isinstance(flag, torch.Tensor) for flag in flags.values()):
+    tensors = list(flags.values())
+    if not all(isinstance(flag, torch.Tensor) for flag in tensors):
         return None
-    return any(bool(flag.item()) for flag in flags.values())
+    if len(tensors) == 1:
+        return tensors[0] > 0
+    return torch.stack([flag.to(tensors[0].device) for flag in tensors]).amax() > 0
 
 
 @functools.cache

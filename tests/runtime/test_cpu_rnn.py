@@ -63,6 +63,21 @@ def test_the_probe_draws_nothing_from_the_scripts_rng() -> None:
     assert torch.equal(torch.get_rng_state(), state)
 
 
+def test_the_probe_tries_the_cpu_whatever_the_default_device() -> None:
+    """A script that sets another default device (found on a GPU: `cuda`; `meta` stands in
+    here) still trains its CPU LSTMs on the CPU: the probe must try the CPU's kernel, and draw
+    nothing from that device's generator (it moved a CUDA script's DataLoader shuffling)."""
+    onednn_runs_lstm.cache_clear()
+    on_cpu = [onednn_runs_lstm(dtype) for dtype in DTYPES]
+    onednn_runs_lstm.cache_clear()
+    torch.set_default_device("meta")
+    try:
+        assert [onednn_runs_lstm(dtype) for dtype in DTYPES] == on_cpu
+    finally:
+        torch.set_default_device(None)
+        onednn_runs_lstm.cache_clear()
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_the_probe_answers_for_training_when_first_asked_without_grad(dtype: torch.dtype) -> None:
     """A first region may be an evaluation under no_grad: the probe still tries the training

@@ -197,13 +197,79 @@ def test_only_a_scaler_with_nothing_to_do_passes_straight_through(
     assert not scaler.last_step_skipped and scaler.skipped_steps == 0
 
 
+def test_a_float16_step_reads_the_device_no_more_often_than_torchs_scaler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found on an H200 (docs/benchmarks.md, issue 27): reading torch's found-inf flag after
+    `scaler.step()` made the host wait for the optimizer step it had just queued, once a
+    step, where torch's own scaler reads only before it (a launch-bound MLP ran 5% slower
+    than by hand). The flags stay on the device until `last_step_skipped` or
+    `skipped_steps` is read. Host reads are counted as `.item()`/`.tolist()` calls."""
+    reads = []
+    for name in ("item", "tolist"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, _o=original, _n=name: (
+            reads.append(_n), _o(self))[1])
+
+    def steps(scale, step, update) -> int:
+        model, optimizer = _model_and_optimizer()
+        x, y = torch.randn(64, 8), torch.randn(64, 1)
+        reads.clear()
+        for _ in range(5):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            scale(loss).backward()
+            step(optimizer)
+            update()
+        return len(reads)
+
+    ours = GradScaler(dtype="float16")
+    theirs = torch.amp.GradScaler("cpu")
+    assert steps(ours.scale, ours.step, ours.update) == steps(
+        theirs.scale, theirs.step, theirs.update) == 5
+    assert ours.skipped_steps == 0 and not ours.last_step_skipped
+
+
+@pytest.mark.parametrize("read_between", [False, True])
+def test_skips_of_two_optimizers_are_counted_each_once(read_between: bool) -> None:
+    """The flags kept on the device are snapshots: torch's `update()` adds the second
+    optimizer's found-inf flag into the first one's in place, which must not turn the
+    first optimizer's good step into a skipped one when read later."""
+    first, second = nn.Parameter(torch.ones(2)), nn.Parameter(torch.ones(2))
+    optimizers = [torch.optim.SGD([first], lr=0.1), torch.optim.SGD([second], lr=0.1)]
+    scaler = GradScaler(dtype="float16")
+    seen = []
+    for overflow_in_second in (True, False, True):
+        scaler.scale((first + second).sum()).backward()
+        if overflow_in_second:
+            second.grad[0] = float("inf")
+        for optimizer in optimizers:
+            scaler.step(optimizer)
+            if read_between:
+                seen.append(scaler.last_step_skipped)
+        scaler.update()
+        seen.append(scaler.last_step_skipped)
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+    expected = [False, True, True, False, False, False, False, True, True]
+    assert seen == (expected if read_between else expected[2::3])
+    assert scaler.skipped_steps == 2
+    assert first.tolist() != [1.0, 1.0]  # the first optimizer stepped every time
+
+
 def test_state_dict_changes_nothing() -> None:
+    """Nothing but reading the skip flags the steps left on the device (which any read of
+    `skipped_steps` does: one sync, then they are plain numbers)."""
     scaler = GradScaler(dtype="float16", growth_interval=3)
     _train(scaler, steps=4)
+    assert scaler._unread_skips is not None  # the steps read none of them
+    skipped = scaler.skipped_steps
     before = dict(vars(scaler))
     scaler.state_dict()
     assert vars(scaler).keys() == before.keys()
     assert all(vars(scaler)[name] is value for name, value in before.items())
+    assert scaler.state_dict()["skipped_steps"] == skipped
 
 
 def test_a_partial_state_keeps_the_current_scale() -> None:

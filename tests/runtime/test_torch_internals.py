@@ -43,7 +43,9 @@ def test_torch_keeps_found_inf_flags_per_optimizer_until_update(overflow: bool) 
     assert isinstance(flags, Mapping) and list(flags) == [torch.device("cpu")], _changed(
         "GradScaler._per_optimizer_states[id(optimizer)]['found_inf_per_device']")
     assert all(isinstance(flag, torch.Tensor) for flag in flags.values())
-    assert torch_internals.found_inf(scaler, optimizer) is overflow
+    found = torch_internals.found_inf(scaler, optimizer)
+    assert isinstance(found, torch.Tensor) and found.dtype == torch.bool
+    assert bool(found) is overflow
 
 
 def test_torch_unscales_through_an_overridable_unscale_grads() -> None:
