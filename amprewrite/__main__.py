@@ -4,7 +4,7 @@ before click installs its own handling."""
 import sys
 
 try:
-    from amprewrite.cli import entry_point
+    from amprewrite.launch import entry_point
 
     entry_point()
 except KeyboardInterrupt:

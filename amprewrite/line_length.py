@@ -9,7 +9,6 @@ line, at least PEP 8's 79 columns: `ModuleFacts.line_limit`).
 
 from __future__ import annotations
 
-import configparser
 from pathlib import Path
 
 from amprewrite.config import ConfigError, load_toml, project_directories
@@ -47,6 +46,8 @@ def _flake8(directory: Path) -> int | None:
         path = directory / name
         if not path.is_file():
             continue
+        import configparser  # a start-up cost only a project with such a file pays
+
         parser = configparser.ConfigParser(interpolation=None)
         try:
             parser.read(path, encoding="utf-8")

@@ -46,7 +46,7 @@ from amprewrite.discovery import discover
 ROOT = Path(__file__).resolve().parents[1]
 ONE_FILE = ROOT / "fixtures" / "mnist_functions" / "input.py"
 THROUGHPUT_TARGET = 0.5
-STARTUP_TARGET = 1.5
+STARTUP_TARGET = 1.3  # issue 24: a one-file --check at most 1.3x `import libcst`
 
 
 def environment() -> dict[str, str]:
