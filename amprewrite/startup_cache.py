@@ -35,7 +35,8 @@ def cache_file() -> str | None:
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     if not os.path.isabs(root):
         return None
-    build = f"{sys.implementation.cache_tag}-{sys.hexversion:x}-{marshal.version}"
+    build = (f"{sys.implementation.cache_tag}-{sys.hexversion:x}-{marshal.version}"
+             f"-O{sys.flags.optimize}")  # what `compile` depends on besides the text
     name = f"dataclass-code-{build}.marshal"
     return os.path.join(root, "amprewrite", name)
 
