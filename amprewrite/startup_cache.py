@@ -69,7 +69,7 @@ def _cached_exec(source: Any, namespace: Any = None, local: Any = None, /) -> No
 def _read(path: str) -> dict[str, CodeType]:
     try:
         with open(path, "rb") as file:
-            codes = marshal.load(file)
+            codes = marshal.loads(file.read())  # `marshal.load(file)` reads piece by piece
     except (OSError, EOFError, ValueError, TypeError):
         return {}
     if not isinstance(codes, dict):
