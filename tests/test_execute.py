@@ -95,6 +95,8 @@ RUNNABLE = [
     Runnable("rule_optimizer_under_same_test", rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_optimizer_under_same_test", args=("--autotune", "0"), rtol=0.1,
              fp16_rtol=0.05),
+    Runnable("rule_grad_read_in_if_test", rtol=0.1, fp16_rtol=0.05),
+    Runnable("rule_parameter_not_a_model", eval_autocast=True, rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_update_after_branch", rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_update_after_branch", args=("--autotune", "0"), rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_escape_sample_from_method", rtol=0.1, fp16_rtol=0.05),

@@ -76,3 +76,15 @@ def test_generator_steps_every_n_critic_under_float16(fp32_runs) -> None:
     amp = _run("rule_critic_steps", "expected_O1.py", ENVS["float16"])
     lines = re.findall(r"iter (\d+) critic", amp.stdout)
     assert lines == re.findall(r"iter (\d+) critic", fp32_runs["rule_critic_steps"].stdout)
+
+
+def test_a_skip_guard_reading_gradients_lets_the_scale_back_off() -> None:
+    """rule_grad_read_in_if_test skips batches with non-finite gradients, testing them in the
+    `if` itself. Its first float16 backward passes overflow at the initial scale: the test
+    must see unscaled gradients and the skip path must update the scaler, so that the scale
+    backs off. Without both (as rewritten before), every later step overflowed too: all 120
+    were skipped and the model never trained."""
+    amp = _run("rule_grad_read_in_if_test", "expected_O1.py", ENVS["float16"])
+    skipped = amp.stdout.count("skipping a batch")
+    assert 0 < skipped < 12, amp.stdout
+    assert _finite_tail(amp) < 0.01 * amp.losses[0]

@@ -57,6 +57,13 @@ _MODEL_NAMES = frozenset({
     "timm.create_model",
 })
 _MODEL_PREFIXES = ("torchvision.models.", "timm.models.")
+# Capitalised names under torch.nn that build no module whose call is a forward pass: a
+# parameter or buffer (`self.w = nn.Parameter(...)`: `self.w.copy_(...)` is not a model
+# call), their containers, and the helper packages' classes (`PackedSequence`, `SDPBackend`).
+_NOT_MODULES = frozenset({"Parameter", "UninitializedParameter", "UninitializedBuffer",
+                          "Buffer", "ParameterList", "ParameterDict"})
+_NOT_MODULE_PREFIXES = ("torch.nn.utils.", "torch.nn.attention.", "torch.nn.init.",
+                        "torch.nn.functional.")
 # Framework calls that hand back the object they wrap.
 _WRAPPERS = {"wrap_model": Kind.MODEL, "prepare_model": Kind.MODEL,
              "wrap_optimizer": Kind.OPTIMIZER, "prepare_optimizer": Kind.OPTIMIZER}
@@ -80,7 +87,8 @@ def _classify_qualified(name: str) -> Kind | None:
         return Kind.OPTIMIZER
     if name.startswith(_OPTIMIZER_PREFIXES) and "optimizer" in last:
         return Kind.OPTIMIZER  # factories: timm.optim.create_optimizer_v2
-    if name.startswith("torch.nn.") and last[:1].isupper():
+    if (name.startswith("torch.nn.") and last[:1].isupper() and last not in _NOT_MODULES
+            and not name.startswith(_NOT_MODULE_PREFIXES)):
         return Kind.CRITERION if last.endswith("Loss") else Kind.MODEL
     if name in _MODEL_NAMES or name.startswith(_MODEL_PREFIXES) or last == "from_pretrained":
         return Kind.MODEL

@@ -94,6 +94,11 @@ def gradient_uses(
             if (call is not None and not once_per_step and not reads
                     and all(call is not seen for seen, _ in uses.unguarded)):
                 uses.unguarded.append((call, step))
+        for compound, header, position in _headers_between(step, start, end, facts):
+            if ((reads_grad(header) or _calls_any(header, readers))
+                    and not exclusive_branches(compound, step.statement, facts)
+                    and not _names_another(header, optimizer, others)):
+                found.append((position, compound, "code that reads `.grad`"))
         if found:
             _, statement, reason = min(found, key=lambda item: item[0])
             statement = _dominating(statement, [s for _, s, _ in found], facts)
@@ -119,6 +124,27 @@ def _lines_between(
             if isinstance(line, cst.SimpleStatementLine) and start < position < end
             and (info := facts.statements.get(line)) is not None
             and info.function is step.function]
+
+
+def _headers_between(
+    step: StepSite, start: int, end: int, facts: ModuleFacts
+) -> list[tuple[Statement, cst.CSTNode, int]]:
+    """The tests and iterables of the compound statements between a backward and `step`
+    (`if not all(torch.isfinite(p.grad).all() for p in params): continue`): code that runs
+    before anything in their bodies, with the statement `unscale_` must then precede."""
+    found: list[tuple[Statement, cst.CSTNode, int]] = []
+    for statement, position in facts.order.items():
+        if not start < position < end:
+            continue
+        header: cst.CSTNode | None = None
+        if type(statement) is cst.If or type(statement) is cst.While:
+            header = statement.test
+        elif type(statement) is cst.For:
+            header = statement.iter
+        if (header is not None and (info := facts.statements.get(statement)) is not None
+                and info.function is step.function):
+            found.append((statement, header, position))
+    return found
 
 
 def runs_with_step(statement: Statement, step: StepSite, facts: ModuleFacts) -> bool:
