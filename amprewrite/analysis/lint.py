@@ -3,6 +3,7 @@ fixable ones with the script's own scaler)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -10,6 +11,7 @@ import libcst as cst
 from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.checkpoints import Checkpoints
 from amprewrite.analysis.definite_binding import may_be_unbound
+from amprewrite.analysis.existing_amp import turns_off
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.hazards import low_precision_casts, manual_casts
 from amprewrite.analysis.kinds import Kind, KindTable
@@ -114,6 +116,28 @@ UNSCALED_BACKWARD = declare(
     ),
 )
 
+FLOAT16_WITHOUT_SCALER = declare(
+    "AMP610", LINT, "autocast that may be float16, without a grad scaler",
+    "Scale the losses with a `torch.amp.GradScaler` (enabled for float16: `enabled=dtype == "
+    "torch.float16`), or autocast in bfloat16: without loss scaling, float16 gradients too "
+    "small for it underflow to zero and training silently degrades.",
+    why=(
+        "A script trains (it calls `.backward()`) under an autocast whose dtype is float16 or "
+        "not known to be bfloat16, and no grad scaler scales its losses."
+    ),
+    example=(
+        "with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+        "    loss = criterion(model(x), y)\n"
+        "loss.backward()"
+    ),
+)
+# torch's autocasts whose dtype may be float16 (the CPU's defaults to bfloat16); the runtime's
+# `autocast()` comes with its own scaler
+_TORCH_AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"})
+# A module that names loss scaling scales its losses some other way (Megatron's
+# `config.grad_scale_func`, DeepSpeed's or apex's loss scalers, a hand-rolled `loss_scale`).
+_LOSS_SCALING = re.compile(r"(loss|grad)_?scal|scale_?(loss|grad)|LossScaler", re.IGNORECASE)
+
 
 @dataclass
 class Lint:
@@ -144,6 +168,13 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
                                     "raises on CUDA; use `BCEWithLogitsLoss` or compute it "
                                     "outside on float32 inputs"))
     if scaler is None:
+        if (any(is_backward_call(site.call) for site in facts.calls)
+                and not _LOSS_SCALING.search(facts.code)):
+            found.notes.extend(
+                Note(FLOAT16_WITHOUT_SCALER, call, "this autocast may run in float16 and no "
+                     "grad scaler scales the losses: small gradients underflow to zero; add "
+                     "`torch.amp.GradScaler` or use `dtype=torch.bfloat16`")
+                for call in _maybe_float16_autocasts(facts))
         return found
     if usage.ours:  # the rewrite left these casts, each reported (AMP140): so is it now
         found.notes.extend(manual_casts(facts))
@@ -198,6 +229,30 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
                             + ("" if s in fixable else f": `{scaler}` is not reachable here, "
                                "save the scaler's `state_dict()` next to the optimizer's"))
                        for s in unsaved)
+    return found
+
+
+def _maybe_float16_autocasts(facts: ModuleFacts) -> list[cst.Call]:
+    """torch's autocasts that are on and not known to run in bfloat16: no `dtype=` naming
+    bfloat16, and not the CPU's (`torch.autocast("cpu")` defaults to bfloat16)."""
+    found = []
+    for site in facts.calls:
+        call = site.call
+        resolved = facts.imports.resolve(call.func)
+        if resolved not in _TORCH_AUTOCASTS or turns_off(call):
+            continue
+        arguments = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+        dtype = arguments.get("dtype")
+        if dtype is not None and (facts.imports.resolve(dtype) == "torch.bfloat16" or (
+                isinstance(dtype, cst.SimpleString) and "bfloat16" in dtype.value)):
+            continue
+        device = arguments.get("device_type")
+        if device is None and resolved != "torch.cuda.amp.autocast" and call.args \
+                and call.args[0].keyword is None:
+            device = call.args[0].value
+        if dtype is None and isinstance(device, cst.SimpleString) and "cpu" in device.value:
+            continue
+        found.append(call)
     return found
 
 

@@ -12,6 +12,7 @@ from amprewrite.analysis.lint import (
     BCE_IN_AUTOCAST,
     CHECKPOINT_WITHOUT_SCALER,
     CLIPPING_WITHOUT_UNSCALE,
+    FLOAT16_WITHOUT_SCALER,
     HALF_CAST_NEXT_TO_SCALER,
     STEP_BYPASSES_SCALER,
     STEP_WITHOUT_UPDATE,
@@ -48,6 +49,22 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
 
 
 _LINT_FIXES_EXAMPLES = (
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after=None,
+        codes=(FLOAT16_WITHOUT_SCALER, ALREADY_MIXED_PRECISION),
+    ),
     Example(
         before="""\
 import torch
@@ -94,7 +111,7 @@ RULE = rule(
     "lint-fixes",
     (STEP_BYPASSES_SCALER, STEP_WITHOUT_UPDATE, CLIPPING_WITHOUT_UNSCALE, BACKWARD_IN_AUTOCAST,
      CHECKPOINT_WITHOUT_SCALER, BCE_IN_AUTOCAST, HALF_CAST_NEXT_TO_SCALER, UNSCALED_BACKWARD,
-     ALREADY_MIXED_PRECISION),
+     FLOAT16_WITHOUT_SCALER, ALREADY_MIXED_PRECISION),
     _plan,
     examples=_LINT_FIXES_EXAMPLES,
     reports=(MANUAL_CAST,),
