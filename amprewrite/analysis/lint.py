@@ -11,6 +11,7 @@ import libcst as cst
 from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.checkpoints import Checkpoints
 from amprewrite.analysis.definite_binding import may_be_unbound
+from amprewrite.analysis.evaluation import under_no_grad
 from amprewrite.analysis.existing_amp import turns_off
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.hazards import low_precision_casts, manual_casts
@@ -233,14 +234,14 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
 
 
 def _maybe_float16_autocasts(facts: ModuleFacts) -> list[cst.Call]:
-    """torch's autocasts that are on and not known to run in bfloat16: no `dtype=` naming
-    bfloat16, and not the CPU's (`torch.autocast("cpu")` defaults to bfloat16)."""
+    """torch's autocasts that are on, outside no_grad, and not known to run in bfloat16: no
+    `dtype=` naming bfloat16, and not the CPU's (`torch.autocast("cpu")` defaults to it)."""
     found = []
     for site in facts.calls:
         call = site.call
         resolved = facts.imports.resolve(call.func)
-        if resolved not in _TORCH_AUTOCASTS or turns_off(call):
-            continue
+        if resolved not in _TORCH_AUTOCASTS or turns_off(call) or under_no_grad(site, facts):
+            continue  # off, or an evaluation's: no gradients to underflow
         arguments = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
         dtype = arguments.get("dtype")
         if dtype is not None and (facts.imports.resolve(dtype) == "torch.bfloat16" or (
