@@ -72,7 +72,9 @@ BACKWARD_IN_AUTOCAST = declare(
 
 CHECKPOINT_WITHOUT_SCALER = declare(
     "AMP605", LINT, "checkpoint without the scaler's state",
-    "Fixed: the scaler's `state_dict()` is saved next to the optimizer's.",
+    "Fixed: the scaler's `state_dict()` is saved next to the optimizer's, and restored where "
+    "the optimizer's is (when the script restores no scaler state and its scaler exists "
+    "there).",
     why="A script with a grad scaler saves a checkpoint without the scaler's state.",
     example=(
         "-torch.save({\"optimizer\": optimizer.state_dict()}, path)\n"
@@ -224,7 +226,15 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
     unsaved = [s for s in saved.saved if not _saves_scaler(s.container, usage)]
     fixable = [s for s in unsaved if _reachable(scaler, s.site, facts)]
     if fixable:
-        found.checkpoints = Checkpoints(fixable, [], saved.key)
+        restored = [] if any(_scaler_call(s.call, usage, "load_state_dict")
+                             for s in facts.calls) else saved.restored
+        restores = [r for r in restored if _reachable(scaler, r.site, facts)
+                    and not may_be_unbound(scaler, r.site.statement, facts)]
+        found.checkpoints = Checkpoints(fixable, restores, saved.key)
+        found.notes.extend(Note(CHECKPOINT_WITHOUT_SCALER, r.site.call,
+                                f"the optimizer's state is restored where `{scaler}` does not "
+                                "exist yet: restore the scaler's state after creating it")
+                           for r in restored if r not in restores)
     found.notes.extend(Note(CHECKPOINT_WITHOUT_SCALER, s.entry,
                             "checkpoint saves the optimizer but not the grad scaler's state"
                             + ("" if s in fixable else f": `{scaler}` is not reachable here, "
