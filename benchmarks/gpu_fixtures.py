@@ -80,15 +80,14 @@ def _judge(case: Runnable, dtype: str, fp32: ScriptRun, amp: ScriptRun) -> Check
         return Check(status="fp32", detail=_last_line(fp32), **common)
     if not amp.ok:
         return Check(status="crash", detail=_last_line(amp), **common)
+    losses = {"losses_fp32": tuple(fp32.losses), "losses_amp": tuple(amp.losses)}
     if dtype not in amp.train_dtypes:
         seen = ", ".join(sorted(set(amp.train_dtypes))) or "no forward"
-        return Check(status="nocast", detail=f"trained in {seen}",
-                     losses_fp32=tuple(fp32.losses), losses_amp=tuple(amp.losses), **common)
+        return Check(status="nocast", detail=f"trained in {seen}", **losses, **common)
     finite = all(math.isfinite(loss) for loss in amp.losses) and amp.losses
     close = math.isclose(_final(amp), _final(fp32), rel_tol=rtol, abs_tol=1e-3)
     if not (finite and close and len(amp.losses) == len(fp32.losses)):
-        return Check(status="drift", losses_fp32=tuple(fp32.losses),
-                     losses_amp=tuple(amp.losses), **common)
+        return Check(status="drift", **losses, **common)
     return Check(status="ok", **common)
 
 

@@ -54,8 +54,9 @@ def build(info: dict[str, Any], checks: list[dict[str, Any]],
         row["ratio"] = row["rewrite_speedup"] / row["hand_speedup"]
         row["targets"] = targets(row)
         rows.append(row)
+    measured = {row["unit"] for row in rows}
     missing = list({r["unit"]: r for r in records if r["kind"] in ("skipped", "crashed")
-                    and r["unit"] not in {row["unit"] for row in rows}}.values())
+                    and r["unit"] not in measured}.values())
     return {"benchmark": "gpu", "machine": info, "fixtures": checks, "timings": rows,
             "missing": missing}
 

@@ -44,7 +44,7 @@ _AMP_MODULES = (
     "amprewrite_runtime",
 )
 _AMP_NAMES = frozenset({"torch.autocast", "torch.GradScaler", "apex.amp"})
-_AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
+AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
                         "torch.cpu.amp.autocast", "torch.amp.autocast_mode.autocast",
                         "amprewrite_runtime.autocast"})
 _LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
@@ -106,10 +106,10 @@ def amp_in_training(facts: ModuleFacts, training_regions: list[Region]) -> AmpIn
             resolved.startswith(("torch.", "amprewrite_runtime.")))
         if scaler or resolved.startswith(("apex.amp.", "apex.fp16_utils.")):
             found.trains = True
-        elif resolved in _AUTOCASTS and not turns_off(site.call):
+        elif resolved in AUTOCASTS and not turns_off(site.call):
             if _grad_free(site, facts, in_training):
                 found.evaluation_autocasts.append(site)
-                dtypes.add(_dtype_of(site.call, facts))
+                dtypes.add(autocast_dtype(site.call, facts))
             else:
                 found.trains = True
     found.dtype = dtypes.pop() if len(dtypes) == 1 else None
@@ -154,7 +154,9 @@ def _evaluation_function(function: cst.FunctionDef, facts: ModuleFacts,
     return evaluates and not called_in_training
 
 
-def _dtype_of(call: cst.Call, facts: ModuleFacts) -> str | None:
+def autocast_dtype(call: cst.Call, facts: ModuleFacts) -> str | None:
+    """The low-precision dtype an autocast call names (`dtype=torch.bfloat16`, or its second
+    positional argument), "bfloat16" or "float16"; None where it names none it can tell."""
     for position, arg in enumerate(call.args):
         keyword = arg.keyword.value if arg.keyword is not None else None
         if keyword == "dtype" or (keyword is None and position == 1):

@@ -12,7 +12,7 @@ from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.checkpoints import Checkpoints
 from amprewrite.analysis.definite_binding import may_be_unbound
 from amprewrite.analysis.evaluation import under_no_grad
-from amprewrite.analysis.existing_amp import turns_off
+from amprewrite.analysis.existing_amp import AUTOCASTS, autocast_dtype, turns_off
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.hazards import low_precision_casts, manual_casts
 from amprewrite.analysis.kinds import Kind, KindTable
@@ -136,7 +136,7 @@ FLOAT16_WITHOUT_SCALER = declare(
 )
 # torch's autocasts whose dtype may be float16 (the CPU's defaults to bfloat16); the runtime's
 # `autocast()` comes with its own scaler
-_TORCH_AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"})
+_TORCH_AUTOCASTS = AUTOCASTS - {"torch.cpu.amp.autocast", "amprewrite_runtime.autocast"}
 # A module that names loss scaling scales its losses some other way (Megatron's
 # `config.grad_scale_func`, DeepSpeed's or apex's loss scalers, a hand-rolled `loss_scale`).
 _LOSS_SCALING = re.compile(r"(loss|grad)_?scal|scale_?(loss|grad)|LossScaler", re.IGNORECASE)
@@ -252,16 +252,16 @@ def _maybe_float16_autocasts(facts: ModuleFacts) -> list[cst.Call]:
         resolved = facts.imports.resolve(call.func)
         if resolved not in _TORCH_AUTOCASTS or turns_off(call) or under_no_grad(site, facts):
             continue  # off, or an evaluation's: no gradients to underflow
-        arguments = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
-        dtype = arguments.get("dtype")
-        if dtype is not None and (facts.imports.resolve(dtype) == "torch.bfloat16" or (
-                isinstance(dtype, cst.SimpleString) and "bfloat16" in dtype.value)):
+        dtype = autocast_dtype(call, facts)
+        if dtype == "bfloat16":
             continue
+        arguments = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+        positional = [arg.value for arg in call.args if arg.keyword is None]
         device = arguments.get("device_type")
-        if device is None and resolved != "torch.cuda.amp.autocast" and call.args \
-                and call.args[0].keyword is None:
-            device = call.args[0].value
-        if dtype is None and isinstance(device, cst.SimpleString) and "cpu" in device.value:
+        if device is None and resolved != "torch.cuda.amp.autocast" and positional:
+            device = positional[0]
+        names_dtype = "dtype" in arguments or len(positional) > 1
+        if not names_dtype and isinstance(device, cst.SimpleString) and "cpu" in device.value:
             continue
         found.append(call)
     return found

@@ -75,7 +75,10 @@ def gradient_uses(
                     and _is_clip(site.call) and not _names_another(site.call, optimizer, others)):
                 found.append((position, site.statement, "gradient clipping"))
                 uses.clips.append(Clip(site, optimizer))
-        for line, position in _lines_between(step, start, end, facts):
+        between = _statements_between(step, start, end, facts)
+        for line, position in between:
+            if type(line) is not cst.SimpleStatementLine:
+                continue
             reads = reads_grad(line)
             reader = reads or _calls_any(line, readers)
             call = reach.opaque_call(line) if reach is not None else None
@@ -94,8 +97,9 @@ def gradient_uses(
             if (call is not None and not once_per_step and not reads
                     and all(call is not seen for seen, _ in uses.unguarded)):
                 uses.unguarded.append((call, step))
-        for compound, header, position in _headers_between(step, start, end, facts):
-            if ((reads_grad(header) or _calls_any(header, readers))
+        for compound, position in between:
+            header = _header(compound)
+            if (header is not None and (reads_grad(header) or _calls_any(header, readers))
                     and not exclusive_branches(compound, step.statement, facts)
                     and not _names_another(header, optimizer, others)):
                 found.append((position, compound, "code that reads `.grad`"))
@@ -117,34 +121,25 @@ def _window(
     return (max(prior), end) if prior else None
 
 
-def _lines_between(
+def _statements_between(
     step: StepSite, start: int, end: int, facts: ModuleFacts
-) -> list[tuple[cst.SimpleStatementLine, int]]:
-    return [(line, position) for line, position in facts.order.items()
-            if isinstance(line, cst.SimpleStatementLine) and start < position < end
-            and (info := facts.statements.get(line)) is not None
+) -> list[tuple[Statement, int]]:
+    """The statements of `step`'s function between source positions `start` and `end`."""
+    return [(statement, position) for statement, position in facts.order.items()
+            if start < position < end
+            and (info := facts.statements.get(statement)) is not None
             and info.function is step.function]
 
 
-def _headers_between(
-    step: StepSite, start: int, end: int, facts: ModuleFacts
-) -> list[tuple[Statement, cst.CSTNode, int]]:
-    """The tests and iterables of the compound statements between a backward and `step`
-    (`if not all(torch.isfinite(p.grad).all() for p in params): continue`): code that runs
-    before anything in their bodies, with the statement `unscale_` must then precede."""
-    found: list[tuple[Statement, cst.CSTNode, int]] = []
-    for statement, position in facts.order.items():
-        if not start < position < end:
-            continue
-        header: cst.CSTNode | None = None
-        if type(statement) is cst.If or type(statement) is cst.While:
-            header = statement.test
-        elif type(statement) is cst.For:
-            header = statement.iter
-        if (header is not None and (info := facts.statements.get(statement)) is not None
-                and info.function is step.function):
-            found.append((statement, header, position))
-    return found
+def _header(statement: Statement) -> cst.CSTNode | None:
+    """The test of an `if` or `while`, the iterable of a `for` (`if not all(torch.isfinite(
+    p.grad).all() for p in params): continue`): code that runs before anything in its body,
+    so an `unscale_` it needs goes before the whole statement."""
+    if type(statement) is cst.If or type(statement) is cst.While:
+        return statement.test
+    if type(statement) is cst.For:
+        return statement.iter
+    return None
 
 
 def runs_with_step(statement: Statement, step: StepSite, facts: ModuleFacts) -> bool:
