@@ -109,7 +109,7 @@ def call_sites(facts: ModuleFacts, kinds: KindTable) -> CallSites:
     backwards, steps = [], []
     for site in facts.calls:
         func = site.call.func
-        if type(func) is cst.Attribute:
+        if type(func) is cst.Attribute and not _own_method(func, site, facts):
             if func.attr.value == "backward":
                 backwards.append(_backward_site(site, func.value, facts, kinds))
             elif func.attr.value == "step":
@@ -120,6 +120,17 @@ def call_sites(facts: ModuleFacts, kinds: KindTable) -> CallSites:
 
 
 _AUTOGRAD_BACKWARD = "torch.autograd.backward"
+
+
+def _own_method(func: cst.Attribute, site: CallSite, facts: ModuleFacts) -> bool:
+    """`self.backward(loss)` in a class that defines `backward`: a call of its own method,
+    whose body the analysis reads (through the function summaries), not a tensor's."""
+    if type(func.value) is not cst.Name or func.value.value != "self" or site.function is None:
+        return False
+    owner = facts.function_class.get(site.function)
+    return owner is not None and any(
+        facts.function_class.get(f) is owner and f.name.value == func.attr.value
+        for f in facts.functions)
 
 
 def scaled_step(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> StepSite:

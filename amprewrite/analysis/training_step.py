@@ -8,7 +8,7 @@ because scaling one side without the other would corrupt the gradients.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
@@ -166,6 +166,25 @@ OPAQUE_CALL_ON_SCALED_GRADIENTS = declare(
     why=(
         "A call the analysis cannot see into runs between backward and step outside the "
         "gradient-accumulation guard, where no `unscale_` can precede it."
+    ),
+)
+
+GRADIENTS_USED_OUT_OF_REACH = declare(
+    "AMP218", SKIP, "gradients used in a function where they cannot be unscaled",
+    "Code that clips or reads `.grad` runs between backward and step in another function than "
+    "the step (the helper running the backward, or the caller of a helper that steps), and "
+    "`scaler.unscale_(optimizer)` cannot go before it there: the optimizer has another name "
+    "there, or the function runs more than once per step. The training step stays FP32; "
+    "unscale by hand before that code, once per step, to use AMP.",
+    why=(
+        "Gradients are clipped or read on the way from a backward to its step, in a function "
+        "where `unscale_` cannot be placed."
+    ),
+    example=(
+        "def backward(self, loss):\n"
+        "    loss.backward()\n"
+        "    clip_grad_norm_(self.model.parameters(), 1.0)\n"
+        "# backward() is called twice per self.optimizer.step()"
     ),
 )
 
@@ -345,7 +364,8 @@ def _plan_scaler(
 ) -> bool:
     """Where the scaler's calls go: scale, step, update and unscale before what reads the
     gradients. False, with the reasons, when no placement is safe (the step is refused)."""
-    uses = gradient_uses(steps, backwards, facts, GradientReach(facts, kinds))
+    uses = gradient_uses(steps, backwards, facts, GradientReach(facts, kinds),
+                         summaries_of(facts, kinds))
     unscales = [_over_elements(u, steps, facts, kinds) for u in uses.unscales]
     protocol = plan_updates(steps, unscales, backwards, facts, kinds)
     unbound = _unbound(steps, unscales, facts)
@@ -358,6 +378,10 @@ def _plan_scaler(
                      "the gradients on a path where no optimizer step can unscale them (a "
                      "manual update); training step left unchanged")
                 for line in uses.manual]
+    unbound += [Note(GRADIENTS_USED_OUT_OF_REACH, use.statement, f"{use.reason} between the "
+                     f"backward and `{facts.one_line(use.step.optimizer)}.step()` needs "
+                     f"unscaled gradients, but {use.problem}; training step left unchanged")
+                for use in uses.elsewhere]
     if protocol.problems or unbound:
         result.refused = True
         result.notes.extend(unbound)
@@ -578,8 +602,7 @@ def _over_elements(
     for loop in loops:
         elements = optimizer_loop_elements(kinds, loop)
         if name in elements:
-            return Unscale(unscale.statement, unscale.optimizer, unscale.reason,
-                           iterate=elements[name][1])
+            return replace(unscale, iterate=elements[name][1])
     return unscale
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.names import dotted, iter_keys, walk
 from amprewrite.analysis.opaque_calls import GradientReach
-from amprewrite.analysis.sites import StepSite
+from amprewrite.analysis.sites import StepSite, guards_of
+from amprewrite.analysis.summaries import Summaries
 
 _CLIP_FUNCTIONS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
 
@@ -23,6 +24,7 @@ class Unscale:
     optimizer: cst.BaseExpression
     reason: str
     iterate: str | None = None  # `optimizers`: the optimizer is a loop's element; unscale each
+    function: cst.FunctionDef | None = None  # where `statement` is: the step's, or on its way
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,16 @@ class Clip:
 
     site: CallSite
     optimizer: cst.BaseExpression
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A use of `step`'s gradients in another function, where `unscale_` cannot go."""
+
+    statement: Statement
+    step: StepSite
+    reason: str  # what the statement does: "gradient clipping"
+    problem: str  # why no `unscale_` can precede it there
 
 
 @dataclass
@@ -46,6 +58,8 @@ class GradientUses:
     # (`if optimizer is None: sgd(params, lr) else: optimizer.step()`): there the scaled
     # gradients are used as they are, and no `unscale_` can serve both branches
     manual: list[cst.SimpleStatementLine] = field(default_factory=list)
+    # uses in another function than the step's where no `unscale_` can go
+    elsewhere: list[Elsewhere] = field(default_factory=list)
 
 
 def gradient_uses(
@@ -53,72 +67,237 @@ def gradient_uses(
     backwards: Sequence[CallSite],
     facts: ModuleFacts,
     reach: GradientReach | None = None,
+    summaries: Summaries | None = None,
 ) -> GradientUses:
     """For each step, the clips and `.grad` reads between its last backward and itself (with
     `reach`, also the calls the analysis cannot see into that may reach the parameters, where
-    they run once per step); the first of them is where `unscale_` goes. One pass over each
-    step's lines also finds the uses no `unscale_` can serve."""
+    they run once per step); the first of them is where `unscale_` goes. With `summaries`,
+    the backward or the step may run in a local function called on the way (`loss =
+    self.forward_backward(x)`, `self.optimizer_step()`): the code between them is then read in
+    each function it runs in. One pass over each step's lines also finds the uses no
+    `unscale_` can serve."""
     uses = GradientUses()
     readers = _grad_readers(facts)
     stepped = {name for s in steps if (name := dotted(s.optimizer)) is not None}
     for step in steps:
-        optimizer = step.optimizer
-        others = stepped - {dotted(optimizer)}
-        window = _window(step, backwards, facts)
-        if window is None:
-            continue
-        start, end = window
-        found: list[tuple[int, Statement, str]] = []
-        for site in facts.calls:
-            position = facts.order[site.statement]
-            if (site.function is step.function and start < position < end
-                    and _is_clip(site.call) and not _names_another(site.call, optimizer, others)):
-                found.append((position, site.statement, "gradient clipping"))
-                uses.clips.append(Clip(site, optimizer))
-        between = _statements_between(step, start, end, facts)
-        for line, position in between:
-            if type(line) is not cst.SimpleStatementLine:
+        others = stepped - {dotted(step.optimizer)}
+        for window in _path(step, backwards, facts, summaries, 0):
+            found = _uses_in(window, step, others, readers, reach, facts, uses)
+            if not found:
                 continue
-            reads = reads_grad(line)
-            reader = reads or _calls_any(line, readers)
-            call = reach.opaque_call(line) if reach is not None else None
-            if exclusive_branches(line, step.statement, facts):
-                if reader or call is not None:
-                    uses.manual.append(line)
-                continue
-            if _names_another(line, optimizer, others):
-                continue  # about another optimizer's gradients
-            once_per_step = runs_with_step(line, step, facts)
-            if reader:
-                found.append((position, line, "code that reads `.grad`"))
-            elif call is not None and once_per_step:
-                found.append((position, line, f"`{_call_text(call, facts)}` (code "
-                              "amprewrite cannot see into)"))
-            if (call is not None and not once_per_step and not reads
-                    and all(call is not seen for seen, _ in uses.unguarded)):
-                uses.unguarded.append((call, step))
-        for compound, position in between:
-            header = _header(compound)
-            if (header is not None and (reads_grad(header) or _calls_any(header, readers))
-                    and not exclusive_branches(compound, step.statement, facts)
-                    and not _names_another(header, optimizer, others)):
-                found.append((position, compound, "code that reads `.grad`"))
-        if found:
-            _, statement, reason = min(found, key=lambda item: item[0])
-            statement = _dominating(statement, [s for _, s, _ in found], facts)
-            statement = _outside_loops(statement, step.statement, facts)
-            uses.unscales.append(Unscale(statement, optimizer, reason))
+            _, first, reason = min(found, key=lambda item: item[0])
+            statement = _dominating(first, [s for _, s, _ in found], facts)
+            statement = _outside_loops(statement, window.anchor.statement, facts)
+            problem = (window.problem or _out_of_reach(step, window.anchor.function, facts)
+                       or _per_micro_batch(statement, window, facts))
+            if problem is None:
+                uses.unscales.append(Unscale(statement, step.optimizer, reason,
+                                             function=window.anchor.function))
+            else:
+                uses.elsewhere.append(Elsewhere(first, step, reason, problem))
+            break  # one `unscale_` per step, before the first use on its way
     return uses
 
 
-def _window(
-    step: StepSite, backwards: Sequence[CallSite], facts: ModuleFacts
-) -> tuple[int, int] | None:
-    """Source positions of the last backward before `step` in its function, and of `step`."""
-    end = facts.order[step.statement]
-    prior = [facts.order[b.statement] for b in backwards
-             if b.function is step.function and facts.order[b.statement] < end]
-    return (max(prior), end) if prior else None
+@dataclass(frozen=True)
+class _Window:
+    """The statements of one function that run between a backward and a step: source
+    positions `start` < p < `end` in `anchor.function`. `anchor` is the step, or, in another
+    function, the call leading to it or the backward it follows."""
+
+    anchor: StepSite
+    # the statement at `start`: a backward, a call running one, or the function itself when
+    # the backward ran before it was called
+    backward: Statement
+    start: int
+    end: int
+    problem: str | None = None  # why no `unscale_` can go here
+    tail: bool = False  # after the backward in a helper, which the step does not follow in
+
+
+_DEPTH = 3  # local calls followed from a step to its backward
+
+
+def _path(
+    anchor: StepSite, backwards: Sequence[CallSite], facts: ModuleFacts,
+    summaries: Summaries | None, depth: int,
+) -> list[_Window]:
+    """The windows from the last backward before `anchor` to it, in the order they run."""
+    end = facts.order[anchor.statement]
+    point = _backward_point(anchor.function, end, backwards, facts, summaries)
+    if point is not None:
+        start, backward, call = point
+        window = _Window(anchor, backward, start, end)
+        if call is None or summaries is None or depth >= _DEPTH:
+            return [window]
+        return [*_tail(call, anchor, backwards, facts, summaries, depth + 1), window]
+    function = anchor.function
+    if summaries is None or function is None or depth >= _DEPTH:
+        return []
+    callers = [site for site in facts.calls
+               if site.function is not function and summaries.callee(site.call, site.function)
+               is function]
+    windows = []
+    for site in callers:
+        outer = replace(anchor, call=site.call, statement=site.statement, small=site.small,
+                        function=site.function, guards=guards_of(site.statement, facts))
+        problem = None if len(callers) == 1 else (
+            f"`{function.name.value}`, which steps the optimizer, is called from "
+            f"{len(callers)} places")
+        windows += [replace(w, problem=w.problem or problem)
+                    for w in _path(outer, backwards, facts, summaries, depth + 1)]
+    return [*windows, _Window(anchor, function, facts.order[function], end)] if windows else []
+
+
+def _tail(
+    call: CallSite, anchor: StepSite, backwards: Sequence[CallSite], facts: ModuleFacts,
+    summaries: Summaries, depth: int,
+) -> list[_Window]:
+    """The windows after the backward inside the local function `call` runs (`def
+    forward_backward(self, x): ...; loss.backward(); clip_grad_norm_(...)`), innermost first."""
+    function = summaries.callee(call.call, call.function)
+    if function is None:
+        return []
+    point = _backward_point(function, len(facts.order), backwards, facts, summaries)
+    if point is None:
+        return []
+    start, backward, inner = point
+    here = replace(anchor, call=call.call, statement=backward, small=None, function=function,
+                   guards=())
+    problem = _once_per_step(function, call, anchor, facts, summaries)
+    window = _Window(here, backward, start, len(facts.order), problem, tail=True)
+    if inner is None or depth >= _DEPTH:
+        return [window]
+    deeper = _tail(inner, here, backwards, facts, summaries, depth + 1)
+    return [*(replace(w, problem=w.problem or problem) for w in deeper), window]
+
+
+def _backward_point(
+    function: cst.FunctionDef | None, end: int, backwards: Sequence[CallSite],
+    facts: ModuleFacts, summaries: Summaries | None,
+) -> tuple[int, Statement, CallSite | None] | None:
+    """The last statement of `function` before source position `end` that runs a backward
+    (its position, itself), and how: itself (None) or through a call of a local function."""
+    points: list[tuple[int, bool, CallSite]] = [
+        (facts.order[b.statement], True, b) for b in backwards
+        if b.function is function and facts.order[b.statement] < end]
+    if summaries is not None:
+        for site in facts.calls:
+            if site.function is function and facts.order[site.statement] < end:
+                callee = summaries.callee(site.call, function)
+                if (callee is not None and callee is not function
+                        and summaries.functions[callee].backward):
+                    points.append((facts.order[site.statement], False, site))
+    if not points:
+        return None
+    position, itself, site = max(points, key=lambda point: point[:2])
+    return position, site.statement, None if itself else site
+
+
+def _once_per_step(
+    function: cst.FunctionDef, call: CallSite, anchor: StepSite, facts: ModuleFacts,
+    summaries: Summaries,
+) -> str | None:
+    """Why code after the backward in `function` may not run once per step of `anchor`:
+    `function` is called elsewhere too, or `call` runs per micro-batch."""
+    calls = [site for site in facts.calls
+             if summaries.callee(site.call, site.function) is function]
+    if len(calls) > 1:
+        return f"`{function.name.value}` is called from {len(calls)} places"
+    if (not runs_with_step(call.statement, anchor, facts)
+            or _outside_loops(call.statement, anchor.statement, facts) is not call.statement):
+        return f"`{function.name.value}` may run more than once per optimizer step"
+    return None
+
+
+def _per_micro_batch(statement: Statement, window: _Window, facts: ModuleFacts) -> str | None:
+    """Why an `unscale_` before `statement` would not run once per step, else None: a loop
+    around it (or it) also runs the backward and is not around the step, so the gradients are
+    used once per micro-batch (`for micro in batch: loss.backward(); clip_grad_norm_(...)`),
+    and an `unscale_` there would run before the backward or again on the next micro-batch."""
+    around_step = set() if window.tail else set(
+        facts.enclosing_statements(window.anchor.statement))
+    around_backward = set(facts.enclosing_statements(window.backward))
+    for outer in facts.enclosing_statements(statement):
+        if isinstance(outer, cst.FunctionDef | cst.ClassDef):
+            break
+        if (isinstance(outer, cst.For | cst.While) and outer in around_backward
+                and outer not in around_step):
+            return "they are used once per micro-batch, inside the loop that runs the backward"
+    return None
+
+
+def _out_of_reach(
+    step: StepSite, function: cst.FunctionDef | None, facts: ModuleFacts
+) -> str | None:
+    """Why `step`'s optimizer cannot be named in `function`, else None: `self.optimizer` is
+    the same in methods of one class, a module-level name the same where nothing rebinds it."""
+    if function is step.function:
+        return None
+    text = facts.one_line(step.optimizer)
+    where = "module level" if function is None else f"`{function.name.value}`"
+    problem = f"`{text}` is not known to be the same optimizer in {where}"
+    key = dotted(step.optimizer)
+    if key is None:
+        return problem
+    root = key.split(".", 1)[0]
+    if root == "self":
+        owner = facts.function_class.get(step.function) if step.function else None
+        same = owner is not None and function is not None and (
+            facts.function_class.get(function) is owner)
+        return None if same else problem
+    local = [f for f in (step.function, function) if f is not None and (
+        root in {name for names in facts.parameters(f) for name in names}
+        or any(b.function is f and root in {k.split(".", 1)[0] for k in b.keys}
+               for b in facts.bindings))]
+    module_level = any(b.function is None and root in {k.split(".", 1)[0] for k in b.keys}
+                       for b in facts.bindings)
+    return None if module_level and not local else problem
+
+
+def _uses_in(
+    window: _Window, step: StepSite, others: set[str], readers: set[str],
+    reach: GradientReach | None, facts: ModuleFacts, uses: GradientUses,
+) -> list[tuple[int, Statement, str]]:
+    """The clips, `.grad` reads and calls it cannot see into in `window` that need `step`'s
+    gradients unscaled (recording clips and the uses no `unscale_` can serve in `uses`)."""
+    anchor, optimizer, start, end = window.anchor, step.optimizer, window.start, window.end
+    found: list[tuple[int, Statement, str]] = []
+    for site in facts.calls:
+        position = facts.order[site.statement]
+        if (site.function is anchor.function and start < position < end
+                and _is_clip(site.call) and not _names_another(site.call, optimizer, others)):
+            found.append((position, site.statement, "gradient clipping"))
+            uses.clips.append(Clip(site, optimizer))
+    between = _statements_between(anchor, start, end, facts)
+    for line, position in between:
+        if type(line) is not cst.SimpleStatementLine:
+            continue
+        reads = reads_grad(line)
+        reader = reads or _calls_any(line, readers)
+        call = reach.opaque_call(line) if reach is not None else None
+        if exclusive_branches(line, anchor.statement, facts):
+            if reader or call is not None:
+                uses.manual.append(line)
+            continue
+        if _names_another(line, optimizer, others):
+            continue  # about another optimizer's gradients
+        once_per_step = runs_with_step(line, anchor, facts)
+        if reader:
+            found.append((position, line, "code that reads `.grad`"))
+        elif call is not None and once_per_step:
+            found.append((position, line, f"`{_call_text(call, facts)}` (code "
+                          "amprewrite cannot see into)"))
+        if (call is not None and not once_per_step and not reads
+                and all(call is not seen for seen, _ in uses.unguarded)):
+            uses.unguarded.append((call, step))
+    for compound, position in between:
+        header = _header(compound)
+        if (header is not None and (reads_grad(header) or _calls_any(header, readers))
+                and not exclusive_branches(compound, anchor.statement, facts)
+                and not _names_another(header, optimizer, others)):
+            found.append((position, compound, "code that reads `.grad`"))
+    return found
 
 
 def _statements_between(

@@ -19,6 +19,7 @@ from amprewrite.analysis.training_step import (
     BACKWARD_WITH_ARGUMENT,
     BACKWARD_WITHOUT_STEP,
     CLOSURE_STEP,
+    GRADIENTS_USED_OUT_OF_REACH,
     LOSS_COMPUTED_ELSEWHERE,
     OPAQUE_CALL_ON_SCALED_GRADIENTS,
     OPTIMIZER_BOUND_ON_SOME_PATHS,
@@ -36,6 +37,7 @@ TRAINING_SITES = (
     BACKWARD_IN_CLOSURE, STEP_WITHOUT_BACKWARD, AUTOGRAD_BACKWARD, BACKWARD_WITH_ARGUMENT,
     OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
     GRADIENTS_WITHOUT_OPTIMIZER, BACKWARD_OF_NON_TENSOR, TWO_STEP_OPTIMIZER,
+    GRADIENTS_USED_OUT_OF_REACH,
 )
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
@@ -118,6 +120,44 @@ for x, y in loader:
 """,
         after=None,
         codes=(TWO_STEP_OPTIMIZER,),
+    ),
+    Example(
+        before="""\
+import torch
+from learner import Learner
+
+
+class MyLearner(Learner):
+    def one_batch(self, x, y):
+        self.loss = self.loss_func(self.model(x), y)
+        self.backward()
+        self.opt.step()
+""",
+        after=None,
+        codes=(BACKWARD_OF_NON_TENSOR, STEP_WITHOUT_BACKWARD),
+    ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def forward_backward(batch):
+    for x, y in batch:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+
+for batch in loader:
+    forward_backward(batch)
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        after=None,
+        codes=(GRADIENTS_USED_OUT_OF_REACH,),
     ),
 )
 
