@@ -483,7 +483,8 @@ class _Scope:
             self.low = saved
             return
         if type(node) is cst.Call:
-            self.check_call(node)
+            if self.probe is not None or self.s.record:  # else it would find nothing to keep
+                self.check_call(node)
         elif (type(node) is cst.BinaryOperation and not self.autocast
               and type(node.operator) is cst.MatrixMultiply):
             for operand in (node.left, node.right):
