@@ -157,3 +157,19 @@ def test_validation_is_back_after_a_parse_that_succeeds_or_fails() -> None:
         engine.parse(b"x = (\n")
     with pytest.raises(cst.CSTValidationError):
         cst.Name("")
+
+
+def test_subscript_keys_read_off_plain_indexes_match_the_rendered_ones() -> None:
+    """`receiver_key` reads `optimizers[0]`'s index off the node; every subscript of the
+    fixture inputs and of the every-shape sample gives the key rendering it would give."""
+    from amprewrite.analysis import names
+
+    checked = 0
+    for source in [*(path.read_text(encoding="utf-8") for path in INPUTS), EVERY_SHAPE,
+                   "a[0], a[i], a[(0)], a[ 0 ], a[0,], a[*x], a[-1], a[i:j], a['k'], a[0, 1]\n"]:
+        for node in descendants(cst.parse_module(source)):
+            if type(node) is cst.Subscript:
+                element = node.slice[0]
+                assert names._index_code(element) == cst.Module([]).code_for_node(element)
+                checked += 1
+    assert checked > 100

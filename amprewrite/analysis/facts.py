@@ -15,6 +15,7 @@ import libcst as cst
 
 from amprewrite.analysis.names import ImportTable, target_keys
 from amprewrite.analysis.tree import children, node_types
+from amprewrite.codegen import render
 
 Block = cst.Module | cst.IndentedBlock
 Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
@@ -124,7 +125,7 @@ class ModuleFacts:
 
     def one_line(self, node: cst.CSTNode) -> str:
         """The code of `node` with its whitespace folded, as messages quote it."""
-        return " ".join(self.module.code_for_node(node).split())
+        return " ".join(render(node, self.module).split())
 
     def statements_around(self, node: cst.CSTNode) -> list[Statement]:
         """The statements that contain `node` (itself, if it is one), innermost first."""

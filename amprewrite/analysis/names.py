@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from amprewrite.analysis.tree import children
+from amprewrite.codegen import render
 
 
 def dotted(node: cst.CSTNode) -> str | None:
@@ -40,8 +41,24 @@ def receiver_key(node: cst.BaseExpression) -> str | None:
     if type(node) is cst.Subscript:
         base = receiver_key(node.value)
         if base is not None:
-            return f"{base}[{cst.Module([]).code_for_node(node.slice[0])}]"
+            return f"{base}[{_index_code(node.slice[0])}]"
     return None
+
+
+_BARE_MODULE = cst.Module([])
+
+
+def _index_code(element: cst.SubscriptElement) -> str:
+    """The code of a subscript's first element: a plain name or number (`optimizers[0]`,
+    most of them) read off the node, anything else rendered."""
+    index = element.slice
+    if type(index) is cst.Index and index.star is None and (
+            element.comma is cst.MaybeSentinel.DEFAULT):
+        value = index.value
+        if (type(value) is cst.Integer or type(value) is cst.Name) and not (
+                value.lpar or value.rpar):
+            return value.value
+    return render(element, _BARE_MODULE)
 
 
 class ImportTable:
