@@ -108,6 +108,8 @@ RUNNABLE = [
     Runnable("rule_unscale_after_backward_helper"),
     Runnable("rule_unscale_in_backward_helper"),
     Runnable("rule_unscale_in_step_helper"),
+    Runnable("rule_unscale_in_step_helper", style="O2", rtol=0.1, fp16_rtol=0.05),
+    Runnable("rule_unscale_reads_then_step_helper"),
 ]
 
 

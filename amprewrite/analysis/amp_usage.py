@@ -100,16 +100,18 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
         if binding.keys and binding.keys[0] in devices:
             _delete(usage, binding.statement, binding.value)
     _fsdp_policies(facts, usage)
-    models: dict[str, str] = {}
+    models: dict[str, tuple[str, Statement]] = {}
     for site in facts.calls:
         _classify_call(site.call, site.statement, usage, facts, models)
     for site in facts.calls:
         func = site.call.func
         if isinstance(func, cst.Attribute) and func.attr.value == "master_params":
             optimizer = dotted(site.call.args[0].value) if site.call.args else None
-            if optimizer in models:
-                usage.master_params[id(site.call)] = f"{models[optimizer]}.parameters()"
-            elif optimizer is not None:  # initialized in another module: the same parameters
+            model = _model_named(models[optimizer], site.function, facts) if (
+                optimizer in models) else None
+            if model is not None:
+                usage.master_params[id(site.call)] = f"{model}.parameters()"
+            elif optimizer is not None:  # initialized elsewhere: the same parameters
                 usage.master_params[id(site.call)] = (
                     f'[p for group in {optimizer}.param_groups for p in group["params"]]')
     guards = _guards_kept(facts)
@@ -183,9 +185,30 @@ def _import_line(facts: ModuleFacts, name: str) -> cst.SimpleStatementLine | Non
     return None
 
 
+def _model_named(
+    initialized: tuple[str, Statement], function: cst.FunctionDef | None, facts: ModuleFacts
+) -> str | None:
+    """How `function` names the model `scaler.initialize(model, ...)` was given, if it can:
+    the same code in the same function, or the attribute `__init__` stores it in, in a method
+    of that class (`initialize(model, ...)` in `__init__`, clipping in `optimizer_step`)."""
+    model, statement = initialized
+    where = facts.statements[statement].function
+    if where is function:
+        return model
+    cls = facts.function_class.get(where) if where is not None else None
+    if cls is None or function is None or facts.function_class.get(function) is not cls:
+        return None
+    if model.startswith("self."):
+        return model
+    if where is facts.init_of(cls):
+        return next((key for key, name in facts.stored_parameters(cls).items()
+                     if name == model), None)
+    return None
+
+
 def _classify_call(
     call: cst.Call, statement: Statement, usage: AmpUsage, facts: ModuleFacts,
-    models: dict[str, str],
+    models: dict[str, tuple[str, Statement]],
 ) -> None:
     func = call.func
     method = (func.attr.value if isinstance(func, cst.Attribute)
@@ -212,7 +235,7 @@ def _classify_call(
             _delete(usage, statement, call)
             if method == "initialize" and len(call.args) == 2:
                 model = facts.module.code_for_node(call.args[0].value)
-                models[dotted(call.args[1].value) or ""] = model
+                models[dotted(call.args[1].value) or ""] = (model, statement)
         elif method == "state_dict":
             _checkpoint_entry(call, statement, usage)
     elif method == "backward" and isinstance(func.value, cst.Call) and _is_scale_call(

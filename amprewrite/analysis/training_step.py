@@ -349,7 +349,8 @@ def _pair(
                                      f"`{text}` runs before the training loop, "
                                      "whose optimizer steps never see its gradients; left "
                                      "unchanged"))
-        elif function is not None and not _steps_in(function, steps) and reads_grad(function):
+        elif (function is not None and not _steps_in(function, steps, facts, kinds)
+              and reads_grad(function)):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}` computes "
                                      "gradients that are read, not stepped; left unchanged"))
@@ -582,8 +583,12 @@ def _training_loop(statement: Statement, facts: ModuleFacts, kinds: KindTable) -
     return loop is not None
 
 
-def _steps_in(function: cst.FunctionDef | None, steps: list[StepSite]) -> bool:
-    return any(s.function is function for s in steps)
+def _steps_in(
+    function: cst.FunctionDef, steps: list[StepSite], facts: ModuleFacts, kinds: KindTable
+) -> bool:
+    """`function` steps an optimizer, itself or through a function of the file it calls."""
+    return any(s.function is function for s in steps) or (
+        summaries_of(facts, kinds).functions[function].steps)
 
 
 def _over_elements(

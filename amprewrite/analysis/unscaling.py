@@ -81,21 +81,28 @@ def gradient_uses(
     stepped = {name for s in steps if (name := dotted(s.optimizer)) is not None}
     for step in steps:
         others = stepped - {dotted(step.optimizer)}
+        placed = False  # one `unscale_` per step, before the first use on its way
         for window in _path(step, backwards, facts, summaries, 0):
+            clipped = len(uses.clips)
             found = _uses_in(window, step, others, readers, reach, facts, uses)
             if not found:
                 continue
             _, first, reason = min(found, key=lambda item: item[0])
+            unnamed = _out_of_reach(step, window.anchor.function, facts)
+            if placed:  # past the `unscale_`; O2 clips the master weights, named by the optimizer
+                if unnamed is not None and len(uses.clips) > clipped:
+                    uses.elsewhere.append(Elsewhere(uses.clips[clipped].site.statement, step,
+                                                    "gradient clipping", unnamed))
+                continue
+            placed = True
             statement = _dominating(first, [s for _, s, _ in found], facts)
             statement = _outside_loops(statement, window.anchor.statement, facts)
-            problem = (window.problem or _out_of_reach(step, window.anchor.function, facts)
-                       or _per_micro_batch(statement, window, facts))
+            problem = window.problem or unnamed or _per_micro_batch(statement, window, facts)
             if problem is None:
                 uses.unscales.append(Unscale(statement, step.optimizer, reason,
                                              function=window.anchor.function))
             else:
                 uses.elsewhere.append(Elsewhere(first, step, reason, problem))
-            break  # one `unscale_` per step, before the first use on its way
     return uses
 
 
