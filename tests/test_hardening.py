@@ -147,8 +147,10 @@ def test_sigint_exits_without_a_traceback(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX pipes")
 def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path: Path) -> None:
-    """`amprewrite --diff . | head -1`: no "internal error", exit 141 as for SIGPIPE."""
-    for index in range(40):
+    """`amprewrite --diff . | head -1`: no "internal error", exit 141 as for SIGPIPE. The diffs
+    (about 660 bytes a file) must overflow the pipe's buffer (64 KB), or the run could finish
+    writing before the reader closes: 160 files."""
+    for index in range(160):
         (tmp_path / f"t{index}.py").write_bytes(TRAINING)
     process = subprocess.Popen([sys.executable, "-m", "amprewrite", "--diff", str(tmp_path)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
