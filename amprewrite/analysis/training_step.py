@@ -416,10 +416,12 @@ def _autocast_regions(
             block, index = facts.position(site.statement)
             start = region.start if region is not None and region.block is block else index
             region = Region(block, start, index - 1, hoist=site)
-        if region is not None:
-            regions.append(region)
-        elif at_callers := _regions_at_callers(site, facts, kinds):
+        at_callers = _regions_at_callers(site, facts, kinds) if (
+            region is None or not _runs_forward(region, site, facts, kinds)) else []
+        if at_callers:
             regions.extend(at_callers)
+        elif region is not None:
+            regions.append(region)
         elif bound_keys(site.statement) & site.keys:
             result.notes.append(Note(LOSS_COMPUTED_ELSEWHERE, site.call,
                                      "the loss is computed on the same line as its backward "
@@ -486,15 +488,17 @@ def _classify_step(
 def _regions_at_callers(
     site: BackwardSite, facts: ModuleFacts, kinds: KindTable
 ) -> list[Region]:
-    """`def optimize(opt, loss): loss.backward(); opt.step()`: the loss is a parameter, so its
-    forward pass is where each caller computes the argument. The regions there, one per call
-    of the function in the module; none unless every call has one."""
-    function, key = site.function, site.key
-    if function is None or key is None:
+    """`def optimize(opt, loss): loss.backward(); opt.step()`: the loss is (computed from) a
+    parameter, so its forward pass is where each caller computes the argument. The regions
+    there, one per call of the function in the module; none unless every call has one."""
+    function = site.function
+    if function is None:
         return []
     positional, keyword_only = facts.parameters(function)
-    if key not in (*positional, *keyword_only):
+    given = site.keys & {*positional, *keyword_only}  # `loss.mean()`, `loss / self.accum`
+    if len(given) != 1:
         return []
+    key = given.pop()
     name = function.name.value
     regions = []
     for caller in facts.calls:
@@ -507,6 +511,19 @@ def _regions_at_callers(
             return []
         regions.append(region)
     return regions
+
+
+def _runs_forward(
+    region: Region, site: BackwardSite, facts: ModuleFacts, kinds: KindTable
+) -> bool:
+    """Whether `region` runs a forward pass (itself or through a function of the file): not
+    only arithmetic on a loss the function was given (`def backward(self, loss):
+    loss.mean().backward()`), whose forward pass is the callers'."""
+    summaries = summaries_of(facts, kinds)
+    parts: list[cst.CSTNode] = [*body(region.block)[region.start : region.end + 1]]
+    if region.hoist is not None:
+        parts.append(site.loss)
+    return any(summaries.of_node(part, site.function).forward for part in parts)
 
 
 def _argument_for(
