@@ -111,6 +111,7 @@ RUNNABLE = [
     Runnable("rule_unscale_in_step_helper", style="O2", rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_unscale_reads_then_step_helper"),
     Runnable("rule_loss_reduced_in_backward_helper"),
+    Runnable("rule_penalty_inputs_not_cast", rtol=0.1, fp16_rtol=0.05),
 ]
 
 

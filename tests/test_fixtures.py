@@ -93,6 +93,7 @@ KEPT_BY_REVERT = {
     "attention_mask_fill": b"torch.finfo(att.dtype).min",  # the fill, right in every dtype
     # float32 values passed out of autocast: to a gradient penalty, to a distribution
     "wgan_gp_penalty": b"fake_imgs.data.float()",
+    "rule_penalty_inputs_not_cast": b"gradient_penalty(out.float(), x_hat)",
     "reinforce_select_action": b"Categorical(probs.float())",
     "actor_critic_select_action": b"Categorical(probs.float())",
     "rule_distribution_in_region": b"Categorical(probs.float())",

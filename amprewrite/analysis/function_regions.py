@@ -238,9 +238,45 @@ class _Cutter:
                     "float32" if local else f"`{name}(...)` runs a "
                     "backward pass: kept out of autocast, its gradients are not loss-scaled"))
             if (summary.backward or summary.forward) and not is_autograd_call(call, self.facts):
-                for arg in call.args:
-                    if set(iter_keys(arg.value)) & low:
+                callee = self.summaries.callee(call, function)
+                kept = _differentiated(callee, self.facts) if callee is not None else set()
+                for arg, parameter in _bound_arguments(call, callee, self.facts):
+                    if set(iter_keys(arg.value)) & low and parameter not in kept:
                         self.result.casts.append(arg.value)
+
+
+def _bound_arguments(
+    call: cst.Call, callee: cst.FunctionDef | None, facts: ModuleFacts
+) -> list[tuple[cst.Arg, str | None]]:
+    """Each argument of `call` with the parameter of `callee` it binds (None: unknown)."""
+    positional = facts.parameters(callee)[0] if callee is not None else []
+    bound: list[tuple[cst.Arg, str | None]] = []
+    for index, arg in enumerate(call.args):
+        if arg.keyword is not None:
+            bound.append((arg, arg.keyword.value))
+        elif arg.star or index >= len(positional):
+            bound.append((arg, None))
+        else:
+            bound.append((arg, positional[index]))
+    return bound
+
+
+def _differentiated(function: cst.FunctionDef, facts: ModuleFacts) -> set[str]:
+    """The names `function` differentiates with respect to (`torch.autograd.grad(outputs=out,
+    inputs=x)`, `.backward(inputs=x)`): a `.float()` copy of such an argument would not be in
+    the graph its outputs were computed in (`appears to not have been used in the graph`)."""
+    names: set[str] = set()
+    for node in walk(function.body):
+        if type(node) is not cst.Call:
+            continue
+        inputs = next((a.value for a in node.args if a.keyword is not None
+                       and a.keyword.value == "inputs"), None)
+        if inputs is None and facts.imports.resolve(node.func) == "torch.autograd.grad":
+            positional = [a for a in node.args if a.keyword is None and not a.star]
+            inputs = positional[1].value if len(positional) > 1 else None
+        if inputs is not None:
+            names |= {key.split(".", 1)[0] for key in iter_keys(inputs)}
+    return names
 
 
 def _inner_blocks(statement: Statement) -> list[cst.IndentedBlock]:
