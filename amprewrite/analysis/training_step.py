@@ -326,16 +326,127 @@ def _pair(
                                  "optimizer built in this function, where no backward pass "
                                  "runs; left unchanged"))
     steps = [site for site in found.steps if site not in unreached]
+    removed: list[StepSite] = []
     for fed in _fed_unscaled(steps, found.scalable, found.unscaled, facts):
         result.notes.append(Note(STEP_WITHOUT_BACKWARD, fed.call,
                                  f"`{facts.one_line(fed.optimizer)}.step()` steps the "
                                  "gradients of a backward pass left unscaled; left unchanged"))
-        steps.remove(fed)
+        removed.append(fed)
+    steps = [site for site in steps if site not in removed]
+    notes = len(result.notes)
+    backwards = _paired_backwards(found, steps, facts, kinds, result, [])
+    left_alone = [*found.unscaled, *(b for b in found.scalable if b not in backwards)]
+    mixed = _fed_alongside(steps, left_alone, facts, kinds)
+    if not mixed and not removed:
+        return backwards, steps
+    del result.notes[notes:]
+    for fed, call in mixed:
+        result.notes.append(Note(STEP_WITHOUT_BACKWARD, fed.call,
+                                 f"`{facts.one_line(fed.optimizer)}.step()` would also "
+                                 "apply the parameter gradients of a backward left "
+                                 f"unscaled, run by `{facts.one_line(call.func)}(...)` "
+                                 "since they were last zeroed; left unchanged"))
+        removed.append(fed)
+    # A backward feeding a step left unchanged stays unscaled, and so does every step it
+    # also feeds: a scaled backward before a plain step would step gradients times the scale.
+    held: list[BackwardSite] = []
+    while True:
+        held = [b for b in found.scalable
+                if any(_feeds(b, step, facts, kinds) for step in removed)]
+        more = [step for step in steps if step not in removed
+                and any(_feeds(b, step, facts, kinds) for b in held)]
+        if not more:
+            break
+        for step in more:
+            result.notes.append(Note(STEP_WITHOUT_BACKWARD, step.call,
+                                     f"`{facts.one_line(step.optimizer)}.step()` steps the "
+                                     "gradients of a backward pass left unscaled; left "
+                                     "unchanged"))
+        removed.extend(more)
+    steps = [site for site in steps if site not in removed]
+    return _paired_backwards(found, steps, facts, kinds, result, held), steps
 
+
+def _feeds(backward: BackwardSite, step: StepSite, facts: ModuleFacts, kinds: KindTable) -> bool:
+    """`backward` runs, in `step`'s function or a function of the file it calls, since the
+    gradients `step` applies were last zeroed."""
+    start, end = _since_zeroed(step, facts), facts.order[step.statement]
+    if backward.function is step.function:
+        return start < facts.order[backward.statement] < end
+    summaries = summaries_of(facts, kinds)
+    return any(site.function is step.function and start < facts.order[site.statement] < end
+               and summaries.callee(site.call, site.function) is backward.function
+               for site in facts.calls)
+
+
+def _fed_alongside(
+    steps: list[StepSite], left_alone: list[BackwardSite], facts: ModuleFacts,
+    kinds: KindTable,
+) -> list[tuple[StepSite, cst.Call]]:
+    """Steps that would also apply the parameter gradients of a backward left unscaled,
+    run by a function of the file called since the gradients were last zeroed (`opt.zero_grad();
+    x_adv = fgsm(model, x, y)`, whose `loss.backward()` computes the input's gradient, then
+    the loss's backward and the step): through the scaler that share would be divided by the
+    scale. Each with the call running it."""
+    holders = {b.function for b in left_alone if b.function is not None
+               and not _zeroes_after(b, facts)}
+    if not holders:
+        return []
+    summaries = summaries_of(facts, kinds)
+    mixed = []
+    for step in steps:
+        start, end = _since_zeroed(step, facts), facts.order[step.statement]
+        call = next((site.call for site in facts.calls if site.function is step.function
+                     and start < facts.order[site.statement] < end
+                     and summaries.callee(site.call, site.function) in holders), None)
+        if call is not None:
+            mixed.append((step, call))
+    return mixed
+
+
+def _zeroes_after(backward: BackwardSite, facts: ModuleFacts) -> bool:
+    """Its function zeroes gradients after it (`loss.backward(); ...; model.zero_grad()`)."""
+    position = facts.order[backward.statement]
+    return any(site.function is backward.function and facts.order[site.statement] > position
+               and _zeroes(site.call) for site in facts.calls)
+
+
+def _since_zeroed(step: StepSite, facts: ModuleFacts) -> int:
+    """The source position from which `step`'s gradients accumulate: the last statement of
+    its function before it that zeroes gradients, else the innermost loop around it, else the
+    function's start."""
+    end = facts.order[step.statement]
+    zeroing = [facts.order[site.statement] for site in facts.calls
+               if site.function is step.function and facts.order[site.statement] < end
+               and _zeroes(site.call)]
+    if zeroing:
+        return max(zeroing)
+    loop = facts.enclosing_loop(step.statement)
+    if loop is not None:
+        return facts.order[loop]
+    return facts.order[step.function] if step.function is not None else -1
+
+
+def _zeroes(call: cst.Call) -> bool:
+    func = call.func
+    name = func.attr.value if type(func) is cst.Attribute else dotted(func)
+    return name == "zero_grad"
+
+
+def _paired_backwards(
+    found: _Sites, steps: list[StepSite], facts: ModuleFacts, kinds: KindTable,
+    result: TrainingSteps, held: list[BackwardSite],
+) -> list[BackwardSite]:
+    """The backward passes `steps` consume (not those `held` for steps left unchanged); a
+    note for each left alone."""
     backwards: list[BackwardSite] = []
     for backward in found.scalable:
         text, function = backward.shown(facts), backward.function
-        if function is not None and function.name.value in found.closure_functions:
+        if backward in held:
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
+                                     f"`{text}` feeds an optimizer step left unchanged; left "
+                                     "unchanged"))
+        elif function is not None and function.name.value in found.closure_functions:
             result.notes.append(Note(BACKWARD_IN_CLOSURE, backward.call,
                                      f"`{text}` runs inside "
                                      "an optimizer closure, whose step cannot be scaled; "
@@ -356,7 +467,7 @@ def _pair(
                                      "gradients that are read, not stepped; left unchanged"))
         else:
             backwards.append(backward)
-    return backwards, steps
+    return backwards
 
 
 def _plan_scaler(

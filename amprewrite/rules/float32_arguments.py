@@ -60,9 +60,9 @@ def attack(model, x):
 
 
 for z in loader:
-    optimizer.zero_grad()
     fake = generator(z)
     loss = critic(attack(critic, fake)).mean() + critic(fake).mean()
+    optimizer.zero_grad()
     loss.backward()
     optimizer.step()
 """,
@@ -83,10 +83,10 @@ def attack(model, x):
 
 
 for z in loader:
-    optimizer.zero_grad()
     with autocast():
         fake = generator(z)
     loss = critic(attack(critic, fake.float()).float()).mean() + critic(fake.float()).mean()
+    optimizer.zero_grad()
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
