@@ -88,3 +88,14 @@ def test_a_skip_guard_reading_gradients_lets_the_scale_back_off() -> None:
     skipped = amp.stdout.count("skipping a batch")
     assert 0 < skipped < 12, amp.stdout
     assert _finite_tail(amp) < 0.01 * amp.losses[0]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_o2_leaves_a_model_whose_gradients_are_read_uncast(dtype: str) -> None:
+    """rule_unscale_reads_then_step_helper reads `p.grad` of the model's parameters between
+    backward and step. O2's master weights would take those gradients from the model at
+    `unscale_` (`p.grad` None: the read crashed); the model is left uncast, and the script
+    runs to the end with the losses of FP32."""
+    run = _run("rule_unscale_reads_then_step_helper", "expected_O2.py", ENVS[dtype])
+    fp32 = _run("rule_unscale_reads_then_step_helper", "input.py", ENVS[dtype])
+    assert run.losses == pytest.approx(fp32.losses, rel=1e-5)

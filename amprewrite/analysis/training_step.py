@@ -255,6 +255,7 @@ class TrainingSteps:
     regions: list[Region] = field(default_factory=list)  # forward + loss, to autocast
     unscales: list[Unscale] = field(default_factory=list)  # before clipping / reading .grad
     clips: list[Clip] = field(default_factory=list)  # gradient clipping between backward/step
+    grad_reads: list[tuple[Statement, StepSite]] = field(default_factory=list)  # `.grad` reads
     notes: list[Note] = field(default_factory=list)  # sites left alone
     refused: bool = False  # a training step was found but cannot be rewritten safely
 
@@ -505,7 +506,7 @@ def _plan_scaler(
     result.steps = steps
     result.updates_after = protocol.updates_after
     result.updates_at = protocol.updates_at
-    result.unscales, result.clips = unscales, uses.clips
+    result.unscales, result.clips, result.grad_reads = unscales, uses.clips, uses.reads
     for call, step in uses.unguarded:
         result.notes.append(Note(OPAQUE_CALL_ON_SCALED_GRADIENTS, call,
                                  f"`{facts.one_line(call.func)}(...)` runs before "

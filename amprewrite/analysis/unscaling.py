@@ -60,6 +60,9 @@ class GradientUses:
     manual: list[cst.SimpleStatementLine] = field(default_factory=list)
     # uses in another function than the step's where no `unscale_` can go
     elsewhere: list[Elsewhere] = field(default_factory=list)
+    # every statement on a step's way that reads `.grad` (itself or through a function of the
+    # file): at O2 the model's gradients have moved to the master weights there
+    reads: list[tuple[Statement, StepSite]] = field(default_factory=list)
 
 
 def gradient_uses(
@@ -292,6 +295,7 @@ def _uses_in(
         once_per_step = runs_with_step(line, anchor, facts)
         if reader:
             found.append((position, line, "code that reads `.grad`"))
+            uses.reads.append((line, step))
         elif call is not None and once_per_step:
             found.append((position, line, f"`{_call_text(call, facts)}` (code "
                           "amprewrite cannot see into)"))
@@ -304,6 +308,7 @@ def _uses_in(
                 and not exclusive_branches(compound, anchor.statement, facts)
                 and not _names_another(header, optimizer, others)):
             found.append((position, compound, "code that reads `.grad`"))
+            uses.reads.append((compound, step))
     return found
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.kinds import KindTable
+from amprewrite.analysis.names import dotted
 from amprewrite.analysis.optimizer_builds import OptimizerBuild
 from amprewrite.analysis.scaler_home import ScalerHome
 from amprewrite.analysis.sites import StepSite
@@ -45,12 +46,15 @@ CLIPPING_ON_MASTER_WEIGHTS = declare(
 
 MODEL_NOT_INITIALIZED = declare(
     "AMP260", SKIP, "model not initialized for O2/O3",
-    "The optimizer's model is unknown, already wrapped by DDP/FSDP, or the optimizer is built "
-    "in a file the rewrite did not link: call `scaler.initialize(model, optimizer)` by hand "
-    "after it is built, before any wrapping (until then the model trains in float32).",
+    "The optimizer's model is unknown, already wrapped by DDP/FSDP, the optimizer is built in "
+    "a file the rewrite did not link, or code between backward and step reads the model's "
+    "`.grad` (with master weights the gradients move to the float32 copies there): call "
+    "`scaler.initialize(model, optimizer)` by hand after it is built, before any wrapping "
+    "(until then the model trains in float32).",
     why=(
         "At O2/O3 the model of an optimizer is unknown or already wrapped by "
-        "DDP/FSDP/DataParallel, or the optimizer is built in another file."
+        "DDP/FSDP/DataParallel, the optimizer is built in another file, or its gradients are "
+        "read between backward and step."
     ),
 )
 
@@ -116,11 +120,45 @@ def _received(step: StepSite, facts: ModuleFacts) -> bool:
     return cls is not None and key in facts.stored_parameters(cls)
 
 
+def _without_gradient_readers(
+    ctx: RuleContext, builds: list[OptimizerBuild], analysis: ModuleAnalysis
+) -> list[OptimizerBuild]:
+    """The builds whose optimizer's gradients no code reads between backward and step; the
+    others get a note. With master weights `unscale_` moves the model's gradients to the
+    float32 copies the optimizer steps, and the model's own `.grad` is None there (a gradient
+    norm logged from `model.parameters()` would fail): such a model is left uncast."""
+    reads = _gradient_readers(analysis)
+    kept = []
+    for build in builds:
+        line = reads.get(build.optimizer)
+        if line is None:
+            kept.append(build)
+            continue
+        where = ctx.facts.one_line(line)
+        where = where if len(where) <= 60 else where[:57] + "..."
+        ctx.notes.append(Note(MODEL_NOT_INITIALIZED, build.binding.statement,
+                              f"`{where}` reads the model's gradients between backward and "
+                              f"step, which {ctx.options.opt_level}'s master weights take "
+                              "away from the model there: the model is not cast (it trains "
+                              "in float32); read them through "
+                              f"`{ctx.scaler_expr}.master_params({build.optimizer})` and add "
+                              f"`{ctx.scaler_expr}.initialize(model, {build.optimizer})` "
+                              "by hand"))
+    return kept
+
+
+def _gradient_readers(analysis: ModuleAnalysis) -> dict[str | None, Statement]:
+    """The optimizers whose gradients code between backward and step reads, with that code."""
+    return {dotted(step.optimizer): line for line, step in analysis.training.grad_reads}
+
+
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     if ctx.scaler_expr is None:
         return
     if ctx.scaler_home is not None:  # else the scaler comes from another module, cast there
         builds = analysis.optimizer_builds if ctx.options.casts_model else []
+        if ctx.options.uses_master_weights:
+            builds = _without_gradient_readers(ctx, builds, analysis)
         initialize_models(ctx, builds, analysis.kinds, ctx.scaler_home)
         linked = bool(analysis.links)  # a linked caller builds it and initializes there
         received = [s for s in analysis.training.steps if _received(s, ctx.facts)]
@@ -132,7 +170,9 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
                                   f"{optimizer})` by hand where it is (until then the model "
                                   "trains in float32)"))
     if ctx.options.casts_model and ctx.options.uses_master_weights:
-        clip_master_weights(ctx, analysis.training.clips)
+        uncast = _gradient_readers(analysis)
+        clip_master_weights(ctx, [clip for clip in analysis.training.clips
+                                  if dotted(clip.optimizer) not in uncast])
 
 
 _MODEL_CASTING_EXAMPLES = (
