@@ -101,10 +101,14 @@ class ModuleFacts:
         depth = len(self.enclosing_statements(statement)) - 1
         return depth * len(self.module.default_indent.expandtabs())
 
+    def method(self, cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+        """The method `name` that `cls` defines, if it does."""
+        return next((f for f in self.functions if self.function_class.get(f) is cls
+                     and f.name.value == name), None)
+
     def init_of(self, cls: cst.ClassDef) -> cst.FunctionDef | None:
         """`cls.__init__`, when the class defines one."""
-        return next((f for f in self.functions if self.function_class.get(f) is cls
-                     and f.name.value == "__init__"), None)
+        return self.method(cls, "__init__")
 
     def init_bindings(self, cls: cst.ClassDef) -> list[Binding]:
         """The assignments of `cls.__init__`."""

@@ -91,10 +91,7 @@ def _shared_helpers(
     covered = {id(s) for region in regions for s in region.statements}
     inside: dict[cst.FunctionDef, bool] = {}
     outside: dict[cst.FunctionDef, bool] = {}
-    for site in facts.calls:
-        callee = summaries.callee(site.call, site.function)
-        if callee is None:
-            continue
+    for site, callee in summaries.local_calls:
         in_region = any(id(s) in covered for s in facts.enclosing_statements(site.statement))
         (inside if in_region else outside)[callee] = True
     helpers = {}
@@ -252,12 +249,12 @@ def _bound_arguments(
     positional = facts.parameters(callee)[0] if callee is not None else []
     bound: list[tuple[cst.Arg, str | None]] = []
     for index, arg in enumerate(call.args):
+        if arg.star:  # `*args`: what the later positional arguments bind is unknown
+            positional = []
         if arg.keyword is not None:
             bound.append((arg, arg.keyword.value))
-        elif arg.star or index >= len(positional):
-            bound.append((arg, None))
         else:
-            bound.append((arg, positional[index]))
+            bound.append((arg, positional[index] if index < len(positional) else None))
     return bound
 
 

@@ -26,6 +26,7 @@ from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement, b
 from amprewrite.analysis.kinds import KindTable, optimizer_loop_elements
 from amprewrite.analysis.names import dotted, receiver_key, walk
 from amprewrite.analysis.sites import StepSite
+from amprewrite.analysis.statements import is_zero_grad
 from amprewrite.analysis.tree import children
 from amprewrite.analysis.unscaling import Unscale, reads_grad
 from amprewrite.catalog import SKIP, Code, declare
@@ -351,7 +352,7 @@ class _Checker:
                 config = self._advance(node, config, self.step_calls[id(call)], STEPPED)
                 if id(call) in self.updated_calls:
                     config = self._update(node, config)
-            elif _is_zero_grad(call):
+            elif is_zero_grad(call):
                 config = _Config(config.pending, scaled=False)
         if config.scaled and self._reads_scaled_grad(node):
             self._problem(node, "reads `.grad` while the gradients are scaled and no optimizer "
@@ -408,7 +409,4 @@ def _ordered_calls(node: cst.CSTNode) -> list[cst.Call]:
     visit(node)
     return calls
 
-
-def _is_zero_grad(call: cst.Call) -> bool:
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "zero_grad"
 

@@ -128,9 +128,7 @@ def _own_method(func: cst.Attribute, site: CallSite, facts: ModuleFacts) -> bool
     if type(func.value) is not cst.Name or func.value.value != "self" or site.function is None:
         return False
     owner = facts.function_class.get(site.function)
-    return owner is not None and any(
-        facts.function_class.get(f) is owner and f.name.value == func.attr.value
-        for f in facts.functions)
+    return owner is not None and facts.method(owner, func.attr.value) is not None
 
 
 def scaled_step(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> StepSite:

@@ -58,6 +58,11 @@ def is_backward_call(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
 
 
+def is_zero_grad(call: cst.Call) -> bool:
+    """`x.zero_grad()`: an optimizer or a model zeroing its gradients."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "zero_grad"
+
+
 def is_step_call(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
 

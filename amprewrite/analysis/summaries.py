@@ -9,10 +9,11 @@ bounded depth, and recursion is harmless.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import libcst as cst
 
-from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.facts import CallSite, ModuleFacts
 from amprewrite.analysis.forward import is_loss_call, is_model_call
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.memo import per_module
@@ -62,17 +63,19 @@ class Summaries:
                 for f in facts.functions
             }
 
+    @cached_property
+    def local_calls(self) -> list[tuple[CallSite, cst.FunctionDef]]:
+        """Every call of the module that runs one of its functions, with that function."""
+        return [(site, callee) for site in self.facts.calls
+                if (callee := self.callee(site.call, site.function)) is not None]
+
     def callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> cst.FunctionDef | None:
         """The local function `call` runs: `name(...)`, or `self.name(...)` in a method."""
         name = dotted(call.func)
         if name is None:
             return None
         if name.startswith("self.") and caller in self.facts.function_class:
-            owner = self.facts.function_class[caller]
-            method = name.removeprefix("self.")
-            return next((f for f in self.facts.functions
-                         if self.facts.function_class.get(f) is owner
-                         and f.name.value == method), None)
+            return self.facts.method(self.facts.function_class[caller], name.removeprefix("self."))
         return self._by_name.get(name)
 
     def of_call(self, call: cst.Call, caller: cst.FunctionDef | None) -> Summary:

@@ -43,6 +43,7 @@ from amprewrite.analysis.statements import (
     calls_in,
     is_compute,
     is_definition,
+    is_zero_grad,
 )
 from amprewrite.analysis.summaries import summaries_of
 from amprewrite.analysis.unscaling import (
@@ -371,13 +372,21 @@ def _pair(
 def _feeds(backward: BackwardSite, step: StepSite, facts: ModuleFacts, kinds: KindTable) -> bool:
     """`backward` runs, in `step`'s function or a function of the file it calls, since the
     gradients `step` applies were last zeroed."""
-    start, end = _since_zeroed(step, facts), facts.order[step.statement]
     if backward.function is step.function:
-        return start < facts.order[backward.statement] < end
-    summaries = summaries_of(facts, kinds)
-    return any(site.function is step.function and start < facts.order[site.statement] < end
-               and summaries.callee(site.call, site.function) is backward.function
-               for site in facts.calls)
+        position = facts.order[backward.statement]
+        return _since_zeroed(step, facts) < position < facts.order[step.statement]
+    called = _called_since_zeroed(step, facts, kinds)
+    return any(callee is backward.function for _, callee in called)
+
+
+def _called_since_zeroed(
+    step: StepSite, facts: ModuleFacts, kinds: KindTable
+) -> list[tuple[CallSite, cst.FunctionDef]]:
+    """The calls of the file's functions in `step`'s function since its gradients were last
+    zeroed, each with the function it runs."""
+    start, end = _since_zeroed(step, facts), facts.order[step.statement]
+    return [(site, callee) for site, callee in summaries_of(facts, kinds).local_calls
+            if site.function is step.function and start < facts.order[site.statement] < end]
 
 
 def _fed_alongside(
@@ -393,13 +402,10 @@ def _fed_alongside(
                and not _zeroes_after(b, facts)}
     if not holders:
         return []
-    summaries = summaries_of(facts, kinds)
     mixed = []
     for step in steps:
-        start, end = _since_zeroed(step, facts), facts.order[step.statement]
-        call = next((site.call for site in facts.calls if site.function is step.function
-                     and start < facts.order[site.statement] < end
-                     and summaries.callee(site.call, site.function) in holders), None)
+        call = next((site.call for site, callee in _called_since_zeroed(step, facts, kinds)
+                     if callee in holders), None)
         if call is not None:
             mixed.append((step, call))
     return mixed
@@ -429,9 +435,8 @@ def _since_zeroed(step: StepSite, facts: ModuleFacts) -> int:
 
 
 def _zeroes(call: cst.Call) -> bool:
-    func = call.func
-    name = func.attr.value if type(func) is cst.Attribute else dotted(func)
-    return name == "zero_grad"
+    """`optimizer.zero_grad()`, `model.zero_grad()`, or a helper called `zero_grad(params)`."""
+    return is_zero_grad(call) or dotted(call.func) == "zero_grad"
 
 
 def _paired_backwards(

@@ -144,9 +144,8 @@ def _path(
     function = anchor.function
     if summaries is None or function is None or depth >= _DEPTH:
         return []
-    callers = [site for site in facts.calls
-               if site.function is not function and summaries.callee(site.call, site.function)
-               is function]
+    callers = [site for site, callee in summaries.local_calls
+               if callee is function and site.function is not function]
     windows = []
     for site in callers:
         outer = replace(anchor, call=site.call, statement=site.statement, small=site.small,
@@ -192,12 +191,10 @@ def _backward_point(
         (facts.order[b.statement], True, b) for b in backwards
         if b.function is function and facts.order[b.statement] < end]
     if summaries is not None:
-        for site in facts.calls:
-            if site.function is function and facts.order[site.statement] < end:
-                callee = summaries.callee(site.call, function)
-                if (callee is not None and callee is not function
-                        and summaries.functions[callee].backward):
-                    points.append((facts.order[site.statement], False, site))
+        points += [(facts.order[site.statement], False, site)
+                   for site, callee in summaries.local_calls
+                   if site.function is function and facts.order[site.statement] < end
+                   and callee is not function and summaries.functions[callee].backward]
     if not points:
         return None
     position, itself, site = max(points, key=lambda point: point[:2])
@@ -210,8 +207,7 @@ def _once_per_step(
 ) -> str | None:
     """Why code after the backward in `function` may not run once per step of `anchor`:
     `function` is called elsewhere too, or `call` runs per micro-batch."""
-    calls = [site for site in facts.calls
-             if summaries.callee(site.call, site.function) is function]
+    calls = [site for site, callee in summaries.local_calls if callee is function]
     if len(calls) > 1:
         return f"`{function.name.value}` is called from {len(calls)} places"
     if (not runs_with_step(call.statement, anchor, facts)
