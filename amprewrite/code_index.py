@@ -8,7 +8,8 @@ import pkgutil
 
 from amprewrite.catalog import Code, Severity, declared, declared_code
 
-_PACKAGES = ("amprewrite.analysis", "amprewrite.rules", "amprewrite.recipes", "amprewrite.project")
+_PACKAGES = ("amprewrite.analysis", "amprewrite.rules", "amprewrite.recipes", "amprewrite.project",
+             "amprewrite.protocol")
 
 _loaded = False
 

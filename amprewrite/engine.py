@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -25,7 +25,8 @@ from amprewrite.findings import (
 from amprewrite.options import Options, validate
 from amprewrite.recipes import choose
 from amprewrite.rules.context import RuleContext
-from amprewrite.transform import apply_edits
+from amprewrite.transform import Plan, apply_edits
+from amprewrite.verification import edit_sites, line_map, statements_to_locate, verify
 
 # The text pre-filter: a file that mentions none of these words cannot hold a training step
 # amprewrite would rewrite (or AMP it wrote, for O0 to take out), so it is reported AMP001
@@ -141,7 +142,7 @@ def _then_rewrite(
     second = _run(migrated, text, ctx.next_options or options, ctx.scaler_arguments)
     if second.source == text != source:  # the second phase compiled what it changed itself
         _check_compiles(text)
-    to_original = _line_map(text, source)
+    to_original = line_map(text, source)
     findings = [*_findings(layout, ctx.notes), *ctx.file_findings] + [
         Finding(f.code, to_original(f.line), f.col, f.message)
         for f in second.findings if f.code not in (NOTHING_TO_DO, ALREADY_MIXED_PRECISION)
@@ -150,34 +151,25 @@ def _then_rewrite(
     return RewriteResult(second.source, findings, second.source != source)
 
 
-def _line_map(new: bytes, old: bytes) -> Callable[[int], int]:
-    """Map a 1-based line of `new` to the line of `old` it comes from (or sits at)."""
-    import difflib  # imported here: only migrations need it
-
-    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
-    blocks = matcher.get_opcodes()
-
-    def to_old(line: int) -> int:
-        index = line - 1
-        for tag, i1, _i2, j1, j2 in blocks:
-            if j1 <= index < j2:
-                return (i1 + index - j1 if tag == "equal" else i1) + 1
-        return line
-
-    return to_old
-
-
 def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:
-    """Carry out the plan, render the result, and report the notes as findings."""
+    """Carry out the plan, render the result, verify it (`verification`: what breaks the
+    protocol is undone), and report the notes as findings."""
     if not ctx.plan:  # nothing to render: only the findings' positions are needed
         return RewriteResult(source, [*_locate(module, ctx.notes), *ctx.file_findings])
-    layout = locate(module, [note.node for note in ctx.notes])
-    new_module = apply_edits(module, ctx.plan, ctx.facts.statements_around)
-    new_source = render_module(new_module, module, layout, source)
-    if new_source != source:
-        _check_compiles(new_source)
-    findings = [*_findings(layout, ctx.notes), *ctx.file_findings]
-    return RewriteResult(new_source, findings, new_source != source)
+    sites = edit_sites(ctx.plan, ctx.facts)
+    layout = locate(module, [*(note.node for note in ctx.notes), *statements_to_locate(sites)])
+
+    def render(plan: Plan) -> bytes:
+        new_module = apply_edits(module, plan, ctx.facts.statements_around)
+        new_source = render_module(new_module, module, layout, source)
+        if new_source != source:
+            _check_compiles(new_source)
+        return new_source
+
+    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render)
+    findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings]
+    findings.sort(key=lambda f: (f.line, f.col, f.code))
+    return RewriteResult(checked.source, findings, checked.source != source)
 
 
 def _check_decodes(source: bytes) -> None:

@@ -17,6 +17,7 @@ from amprewrite.catalog import Severity
 from amprewrite.code_index import lookup
 from amprewrite.findings import NOTHING_TO_DO, Finding
 from amprewrite.notebook_cells import position
+from amprewrite.protocol.invariants import REJECTIONS
 from amprewrite.runner import FileOutcome, Status
 
 EXIT_NOTHING_TO_CHANGE = 0
@@ -194,6 +195,10 @@ def summary(outcomes: list[FileOutcome], would: bool, excluded: int = 0) -> str:
         if count:
             files = "1 file" if count == 1 else f"{count} files"
             parts.append(f"{files} {status_text(status, would)}")
+    rejected = sum(f.code in REJECTIONS for outcome in outcomes for f in outcome.findings)
+    if rejected:
+        sites = "1 site" if rejected == 1 else f"{rejected} sites"
+        parts.append(f"{sites} where the protocol check rejected the rewrite (AMP7xx)")
     if parts:
         return ", ".join(parts)
     if excluded:

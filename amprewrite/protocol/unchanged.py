@@ -1,0 +1,148 @@
+"""Outside the statements a plan edits, a rewrite leaves the program as it was: statement by
+statement, in order, with the statements the plan wraps or inserts allowed and nothing else.
+
+Top-level statements are compared by their text; where the texts differ, the input's
+statements there are parsed (Python's `ast`) and compared with the output's one statement at
+a time, by the code of each statement's own lines and the blocks it holds."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+from amprewrite.protocol.outline import BLOCK_FIELDS
+
+_END = "end"
+
+
+@dataclass(frozen=True)
+class Edited:
+    """The input's lines a plan may change: statements starting on `lines` may change their
+    own code (a compound statement its header), statements within `spans` may change wholly."""
+
+    lines: frozenset[int]
+    spans: tuple[tuple[int, int], ...]
+
+    def allows(self, statement: ast.stmt) -> bool:
+        return statement.lineno in self.lines or any(
+            first <= statement.lineno <= last for first, last in self.spans)
+
+
+@dataclass(frozen=True)
+class Change:
+    """An input statement the output changed though no edit touched it."""
+
+    line: int
+    scope: str  # the qualified name of the function holding it ("" at module level)
+
+
+@dataclass(frozen=True)
+class TopLevel:
+    """The input's top-level statements as character spans of its text."""
+
+    text: str
+    spans: Sequence[tuple[int, int]]
+
+
+def changed_outside(
+    before: TopLevel, after: ast.Module, after_text: str, edited: Edited
+) -> list[Change]:
+    """The statements of the input that the output changes, moves or drops, outside `edited`."""
+    after_lines = after_text.splitlines()
+    old = [_normalised(before.text[start:end]) for start, end in before.spans]
+    new = [_normalised(_text(s, after_lines)) for s in after.body]
+    changes: list[Change] = []
+    matcher = SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" or i1 == i2:
+            continue
+        start, end = before.spans[i1][0], before.spans[i2 - 1][1]
+        first_line = before.text.count("\n", 0, start) + 1
+        region = before.text[start:end]
+        try:
+            parsed = ast.parse(region)
+        except SyntaxError:  # a span that does not parse alone: the whole input
+            parsed = ast.parse(before.text)
+            first_line = 1
+            region = before.text
+        ast.increment_lineno(parsed, first_line - 1)
+        old_lines = [""] * (first_line - 1) + region.splitlines()
+        changes += _compare(parsed.body, old_lines, after.body[j1:j2], after_lines, edited)
+    return changes
+
+
+def _normalised(text: str) -> str:
+    """A statement's text without blank and comment lines and indentation."""
+    lines = (line.strip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("#"))
+
+
+def _text(statement: ast.stmt, lines: list[str]) -> str:
+    return "\n".join(lines[_first_line(statement) - 1 : statement.end_lineno or statement.lineno])
+
+
+def _compare(
+    old: list[ast.stmt], old_lines: list[str], new: list[ast.stmt], new_lines: list[str],
+    edited: Edited,
+) -> list[Change]:
+    """Statement tokens of two regions, matched in order: each input token the output lacks
+    must belong to an edited statement."""
+    before = list(_tokens(old, old_lines, ""))
+    after = [token for token, _, _ in _tokens(new, new_lines, "")]
+    matcher = SequenceMatcher(None, [t for t, _, _ in before], after, autojunk=False)
+    changes: dict[int, Change] = {}
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag in ("delete", "replace"):
+            for _, statement, scope in before[i1:i2]:
+                if not edited.allows(statement):
+                    changes.setdefault(statement.lineno, Change(statement.lineno, scope))
+    return list(changes.values())
+
+
+def _tokens(
+    body: list[ast.stmt], lines: list[str], scope: str
+) -> Iterator[tuple[tuple[str, ...], ast.stmt, str]]:
+    """A statement's own code, then each of its blocks between markers that name it, in
+    order (the markers of two statements never match each other)."""
+    for statement in body:
+        header = _header(statement, lines)
+        yield (header,), statement, scope
+        inner = scope
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            inner = f"{scope}.{statement.name}" if scope else statement.name
+        for name in BLOCK_FIELDS:
+            items = getattr(statement, name, None)
+            if not items:
+                continue
+            yield (name, header), statement, scope
+            for item in items:
+                if isinstance(item, ast.ExceptHandler | ast.match_case):
+                    case = _header(item, lines)
+                    yield (case,), statement, scope
+                    yield from _tokens(item.body, lines, inner)
+                    yield (_END, case), statement, scope
+                else:
+                    yield from _tokens([item], lines, inner)
+            yield (_END, name, header), statement, scope
+
+
+def _header(node: ast.AST, lines: list[str]) -> str:
+    """The code of a statement's own lines (up to its first nested statement), each line
+    stripped: what the rewrite must leave as it was."""
+    first = _first_line(node)  # type: ignore[arg-type]
+    last = node.end_lineno or first  # type: ignore[attr-defined]
+    body = getattr(node, "body", None)
+    if body and isinstance(body[0], ast.stmt):
+        inner = _first_line(body[0])
+        if inner == node.lineno:  # type: ignore[attr-defined]
+            return f"{type(node).__name__}|{ast.dump(node)}"  # `if x: y` on one line
+        last = max(node.lineno, inner - 1)  # type: ignore[attr-defined]
+    return "\n".join(line.strip() for line in lines[first - 1 : last])
+
+
+def _first_line(statement: ast.stmt) -> int:
+    """Where a statement's code starts: its first decorator's line, if any."""
+    decorators = getattr(statement, "decorator_list", None)
+    return decorators[0].lineno if decorators else statement.lineno
