@@ -136,14 +136,26 @@ def _then_rewrite(
     """A migration's plan carried out on the tree, whose result the rewrite (or the lint)
     then analyses as it is, without parsing its text again; every finding on a line of the
     original `source`."""
-    layout = locate(module, [note.node for note in ctx.notes])
-    migrated = apply_edits(module, ctx.plan, ctx.facts.statements_around)
-    text = render_module(migrated, module, layout, source)
+    sites = edit_sites(ctx.plan, ctx.facts)
+    layout = locate(module, [*(note.node for note in ctx.notes), *statements_to_locate(sites)])
+    rendered: list[tuple[Plan, cst.Module]] = []
+
+    def render(plan: Plan) -> bytes:
+        rendered.append((plan, apply_edits(module, plan, ctx.facts.statements_around)))
+        return render_module(rendered[-1][1], module, layout, source)
+
+    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render)
+    text = checked.source
+    if checked.rejections:  # what the migration kept is the result: no second phase
+        findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings]
+        findings.sort(key=lambda f: (f.line, f.col, f.code))
+        return RewriteResult(text, findings, text != source)
+    migrated = rendered[-1][1] if rendered[-1][0] is checked.plan else module
     second = _run(migrated, text, ctx.next_options or options, ctx.scaler_arguments)
     if second.source == text != source:  # the second phase compiled what it changed itself
         _check_compiles(text)
     to_original = line_map(text, source)
-    findings = [*_findings(layout, ctx.notes), *ctx.file_findings] + [
+    findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings] + [
         Finding(f.code, to_original(f.line), f.col, f.message)
         for f in second.findings if f.code not in (NOTHING_TO_DO, ALREADY_MIXED_PRECISION)
     ]

@@ -464,3 +464,31 @@ def test_a_module_a_package_re_exports_is_followed(tmp_path: Path) -> None:
     assert "pkg/utils/training.py:1:5: AMP123" in output
     assert "scaler=scaler)" in (tmp_path / "train.py").read_text()
     assert "'scaler': scaler.state_dict()" in (tmp_path / "train.py").read_text()
+
+
+def test_a_rejected_rewrite_of_one_file_leaves_the_whole_step_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """engine.py clips without the `unscale_` a planner forgot: its rewrite is rejected, and
+    main.py, which would pass it the scaler, is left as it was too."""
+    import dataclasses
+
+    from amprewrite import engine
+
+    choose = engine.choose
+
+    def without_unscaling(analysis: object, options: object) -> object:
+        recipe = choose(analysis, options)  # type: ignore[arg-type]
+        return dataclasses.replace(
+            recipe, rules=tuple(r for r in recipe.rules if r.name != "unscaling"))
+
+    monkeypatch.setattr(engine, "choose", without_unscaling)
+    work = _copy("engine_function", tmp_path)
+    before = _tree(work)
+    code, output = _run(work, ".")
+    assert _tree(work) == before, output
+    found = _findings(output)
+    assert any(line.startswith("engine.py:26:13: AMP706 ") for line in found), found
+    assert ("main.py:1:1: AMP452 not rewritten: the rewrite of engine.py, which shares this "
+            "file's training step, was rejected by the protocol check") in found
+    assert code == 0

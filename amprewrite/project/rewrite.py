@@ -18,7 +18,7 @@ from pathlib import Path
 from amprewrite import engine
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.budget import OverBudget, over_time, time_budget
-from amprewrite.catalog import ERROR, declare
+from amprewrite.catalog import CHANGE, ERROR, SKIP, declare
 from amprewrite.fileio import Staged, stage, write_atomically
 from amprewrite.findings import Finding
 from amprewrite.options import Options
@@ -26,6 +26,7 @@ from amprewrite.project import journal
 from amprewrite.project.layout import project_root
 from amprewrite.project.links import LinkedModule, link_group
 from amprewrite.project.program import Program, load_program, shown_path
+from amprewrite.protocol.invariants import REJECTIONS
 from amprewrite.recipes import choose
 from amprewrite.runner import FileOutcome, Status, rewrite_failure, write_failure
 
@@ -50,6 +51,19 @@ LINKED_FILE_FAILED = declare(
     example=(
         "$ amprewrite project   # engine.py has a syntax error\n"
         "# main.py:1:1: AMP451 not rewritten: a linked file cannot be rewritten"
+    ),
+)
+
+LINKED_FILE_REJECTED = declare(
+    "AMP452", SKIP, "not rewritten: the rewrite of a linked file was rejected",
+    "The files one training step spans are rewritten together or not at all: the protocol "
+    "check rejected part of the rewrite of the file named in the message (its AMP7xx finding "
+    "says where), so every file of the step is left as it was.",
+    why="The protocol check rejected the rewrite of another file of the same training step.",
+    example=(
+        "$ amprewrite project\n"
+        "# engine.py:40:9: AMP706 gradients are read or changed here before ...\n"
+        "# main.py:1:1: AMP452 not rewritten: the rewrite of a linked file was rejected"
     ),
 )
 
@@ -166,7 +180,29 @@ def _carry_out(
         results[module.path] = FileOutcome(
             module.shown, Status.CHANGED if changed else Status.UNCHANGED,
             list(result.findings), source, result.source if changed else source)
+    rejected = [path for path, outcome in results.items()
+                if any(f.code in REJECTIONS for f in outcome.findings)]
+    if rejected:
+        return _all_unchanged(program, results, rejected[0])
     return list(results.values())
+
+
+def _all_unchanged(
+    program: Program, results: dict[Path, FileOutcome], rejected: Path
+) -> list[FileOutcome]:
+    """A linked group whose rewrite was rejected in one file: every file left as it was, the
+    rejected one with its findings but those of its changes, the others naming it."""
+    outcomes = []
+    for outcome in results.values():
+        if any(f.code in REJECTIONS for f in outcome.findings):
+            findings = [f for f in outcome.findings if f.severity is not CHANGE]
+        else:
+            findings = [Finding(LINKED_FILE_REJECTED, 1, 1, "not rewritten: the rewrite of "
+                                f"{program.shown[rejected]}, which shares this file's training "
+                                "step, was rejected by the protocol check")]
+        outcomes.append(FileOutcome(outcome.path, Status.UNCHANGED, findings, outcome.before,
+                                    outcome.before))
+    return outcomes
 
 
 def _all_left(

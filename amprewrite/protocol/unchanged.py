@@ -129,8 +129,8 @@ def _tokens(
 
 
 def _header(node: ast.AST, lines: list[str]) -> str:
-    """The code of a statement's own lines (up to its first nested statement), each line
-    stripped: what the rewrite must leave as it was."""
+    """The code of a statement's own lines (up to its first nested statement), without
+    indentation, blank lines and comment lines: what the rewrite must leave as it was."""
     first = _first_line(node)  # type: ignore[arg-type]
     last = node.end_lineno or first  # type: ignore[attr-defined]
     body = getattr(node, "body", None)
@@ -139,7 +139,7 @@ def _header(node: ast.AST, lines: list[str]) -> str:
         if inner == node.lineno:  # type: ignore[attr-defined]
             return f"{type(node).__name__}|{ast.dump(node)}"  # `if x: y` on one line
         last = max(node.lineno, inner - 1)  # type: ignore[attr-defined]
-    return "\n".join(line.strip() for line in lines[first - 1 : last])
+    return _normalised("\n".join(lines[first - 1 : last]))
 
 
 def _first_line(statement: ast.stmt) -> int:
