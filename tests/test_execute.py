@@ -268,6 +268,23 @@ def test_migrated_apex_script_runs_without_apex(level: str, dtype: str, tmp_path
     assert resumed.losses[0] < amp.losses[0]  # it starts from the trained weights
 
 
+def test_migrated_apex_switch_keeps_fp32_without_its_flag() -> None:
+    """`import apex`, `apex.amp.initialize(models=..., enabled=args.fp16)`: migrated, the script
+    trains in FP32 without `--fp16` (even where float16 is asked for), in each low-precision
+    dtype with it, like FP32."""
+    script = FIXTURES_DIR / "migrate_apex_package_keywords" / "expected_O1.py"
+    off_job = Job.of(script, (), FLOAT16_ENV)
+    off, *on = run_scripts([off_job, *(Job.of(script, ["--fp16"], DTYPE_ENVS[dtype])
+                                       for dtype in LOW_PRECISION)])
+    assert off.ok, off.explain()
+    assert set(off.train_dtypes) == {FLOAT32} and not any(off.backward_scaled)
+    for dtype, run in zip(LOW_PRECISION, on, strict=True):
+        assert run.ok, run.explain()
+        assert set(run.train_dtypes) == {dtype}
+        fp32 = fp32_twin(off_job, run).run() if dtype == FLOAT16 else off
+        assert run.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.1)
+
+
 LEGACY_AMP = b'''import torch
 from torch.cpu.amp import autocast
 from torch.cuda.amp import GradScaler
