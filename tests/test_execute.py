@@ -285,6 +285,22 @@ def test_migrated_apex_switch_keeps_fp32_without_its_flag() -> None:
         assert run.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.1)
 
 
+def test_migrated_torch_cuda_amp_trains_on_the_scripts_own_device() -> None:
+    """`torch.cuda.amp` on a CPU disables itself (the input trains in FP32); migrated with the
+    script's device type, the training step autocasts on the CPU in the dtype it names."""
+    directory = FIXTURES_DIR / "migrate_torch_cuda_amp_device"
+    fp32_job = Job.of(directory / "input.py")
+    fp32, *amp = run_scripts([fp32_job, *(Job.of(directory / "expected_O1.py", args)
+                                          for args in ((), ("--float16",)))])
+    assert fp32.ok, fp32.explain()
+    assert set(fp32.train_dtypes) == {FLOAT32}
+    for dtype, run in zip(LOW_PRECISION, amp, strict=True):
+        assert run.ok, run.explain()
+        assert set(run.train_dtypes) == {dtype}
+        baseline = fp32_twin(fp32_job, run).run() if dtype == FLOAT16 else fp32
+        assert run.losses[-1] == pytest.approx(baseline.losses[-1], rel=0.1, abs=1e-3)
+
+
 LEGACY_AMP = b'''import torch
 from torch.cpu.amp import autocast
 from torch.cuda.amp import GradScaler

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
+from amprewrite.analysis.device_types import device_type_code
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import dotted
 
@@ -20,6 +21,9 @@ class DeprecatedUse:
     node: cst.Call | cst.Decorator  # a call, or a decorator used without a call
     name: str  # autocast, GradScaler, custom_fwd, custom_bwd
     device: str  # "cuda" or "cpu"
+    # the script's own device type where a `torch.cuda.amp` call runs (`device.type`,
+    # `device_type`); None: "cuda"
+    device_code: str | None = None
 
 
 @dataclass
@@ -40,6 +44,8 @@ def deprecated_amp(facts: ModuleFacts) -> DeprecatedAmp:
         return found
     for site in facts.calls:
         use = _use(site.call, site.call.func, facts)
+        if use is not None and use.device == "cuda":
+            use = replace(use, device_code=device_type_code(facts, site.statement))
         if use is not None:
             found.uses.append(use)
     for function in facts.functions:

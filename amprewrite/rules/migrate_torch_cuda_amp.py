@@ -37,15 +37,17 @@ def migrate_cuda_amp(ctx: RuleContext, deprecated: DeprecatedAmp) -> None:
     for use in deprecated.uses:
         ctx.plan.replaces.append(Replace(use.node, _migrated(use)))
         old = f"torch.{use.device}.amp.{use.name}"
+        device = f"`{use.device_code}`" if use.device_code else f'"{use.device}"'
         ctx.notes.append(Note(CUDA_AMP_MIGRATED, use.node,
                               f"`{old}` (deprecated since torch 2.4) migrated to "
-                              f"`torch.amp.{use.name}` with device type \"{use.device}\""))
+                              f"`torch.amp.{use.name}` with device type {device}"))
     for statement in deprecated.imports:
         ctx.plan.replaces.append(Replace(statement, _import_from_torch_amp))
 
 
 def _migrated(use: DeprecatedUse):  # type: ignore[no-untyped-def]
-    device = cst.SimpleString(f'"{use.device}"')
+    device = (cst.parse_expression(use.device_code) if use.device_code
+              else cst.SimpleString(f'"{use.device}"'))
 
     def build(node: cst.CSTNode) -> cst.CSTNode:
         if isinstance(node, cst.Decorator):  # bare `@torch.cuda.amp.custom_fwd`
