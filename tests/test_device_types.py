@@ -92,3 +92,28 @@ def test_the_cpu_namespace_stays_on_the_cpu() -> None:
                      "with torch.cpu.amp.autocast():\n    pass\n" + CALL)
     output = rewrite_source(source.encode(), Options()).source.decode()
     assert 'torch.amp.autocast("cpu")' in output and "GradScaler(device.type)" in output
+
+
+def test_a_partial_of_the_deprecated_autocast_is_migrated_with_its_arguments() -> None:
+    """timm's `partial(autocast, ...)`: the import alone was rewritten, and the partial then
+    made `torch.amp.autocast(...)` without a device type (a TypeError at the first step)."""
+    source = ('import torch\nfrom functools import partial\nfrom torch.cuda.amp import autocast\n'
+              'device = torch.device("cpu")\n'
+              "amp_autocast = partial(autocast, True, dtype=torch.bfloat16)\n")
+    output = rewrite_source(source.encode(), Options()).source.decode()
+    assert "from torch.amp import autocast" in output
+    assert ("amp_autocast = partial(autocast, device.type, enabled=True, dtype=torch.bfloat16)"
+            in output)
+
+
+@pytest.mark.parametrize("value", [
+    "amp_autocast = autocast if use_amp else nullcontext",
+    "factories = [autocast]",
+])
+def test_a_deprecated_name_used_as_a_value_keeps_the_file_as_written(value: str) -> None:
+    source = ("import torch\nfrom contextlib import nullcontext\nfrom torch.cuda.amp import "
+              f"autocast\n\nuse_amp = True\n{value}\nwith autocast():\n    pass\n")
+    result = rewrite_source(source.encode(), Options())
+    assert not result.changed
+    [kept] = [f for f in result.findings if f.code == "AMP403"]
+    assert "`autocast` is used here as a value, not called" in kept.message

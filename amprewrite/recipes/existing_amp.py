@@ -5,7 +5,7 @@ from __future__ import annotations
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.options import Options
 from amprewrite.recipes.recipe import Recipe, plain_context
-from amprewrite.rules import lint_fixes, revert_to_fp32
+from amprewrite.rules import lint_fixes, own_amp_kept, revert_to_fp32
 from amprewrite.rules.context import RuleContext
 
 REVERT = Recipe(
@@ -31,5 +31,5 @@ LINT = Recipe(
     applies=lambda analysis, options: (analysis.existing_amp is not None
                                        and not analysis.partial_amp),
     context=_lint_context,
-    rules=(lint_fixes.RULE,),
+    rules=(lint_fixes.RULE, own_amp_kept.RULE),
 )

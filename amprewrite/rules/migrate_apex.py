@@ -137,16 +137,21 @@ def _emptied(apex: ApexAmp, ctx: RuleContext) -> list[Statement]:
 
 
 def _keep_lines_above(statement: Statement, emptied: list[Statement], ctx: RuleContext) -> None:
-    """The blank lines and comments above a removed statement stay above the next one kept
+    """The blank lines and comments above a removed import stay above the next import kept
     (`import apex` opening the third-party imports: the section keeps its blank line)."""
     lines = statement.leading_lines
-    if not lines:
+    if not lines or not _imports(statement):
         return
     block, index = ctx.facts.position(statement)
     following = next((s for s in body(block)[index + 1:] if s not in emptied), None)
-    if following is not None:
+    if following is not None and _imports(following):
         ctx.plan.replaces.append(Replace(following, lambda node: node.with_changes(
             leading_lines=[*lines, *node.leading_lines])))
+
+
+def _imports(statement: Statement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body)
 
 
 def _options_from(call: cst.Call, flag: str | None, ctx: RuleContext) -> Options:
