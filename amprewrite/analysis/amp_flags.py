@@ -41,19 +41,20 @@ def amp_flag(facts: ModuleFacts, autocasts: AutocastValues) -> AmpFlag | None:
         resolved = facts.imports.resolve(site.call.func) or ""
         if resolved.startswith("torch.") and resolved.rsplit(".", 1)[-1] in (
                 "GradScaler", "ShardedGradScaler"):
-            effects.append(_gates(site.call, site.statement, facts))
+            effects.append(gates_of(site.call, site.statement, facts))
     sources = {id(source): source for source in autocasts.unfollowed}
     for entry in autocasts.entries:
-        gates = _gates(entry.node, entry.statement, facts)
+        entered = gates_of(entry.node, entry.statement, facts)
         built = [s for s in entry.sources if id(s) not in sources]
         if built:
-            shared = _common([_gates(s, facts.statements_around(s)[0], facts) for s in built])
-            gates = {**shared, **gates}
-        effects.append(gates)
-    effects.extend(_gates(s, facts.statements_around(s)[0], facts) for s in sources.values())
+            shared = common_gates([gates_of(s, facts.statements_around(s)[0], facts)
+                                   for s in built])
+            entered = {**shared, **entered}
+        effects.append(entered)
+    effects.extend(gates_of(s, facts.statements_around(s)[0], facts) for s in sources.values())
     if not effects:
         return None
-    common = _common(effects)
+    common = common_gates(effects)
     if not common:
         return None
     (key, on_when_true), node = min(common.items(), key=lambda item: _order(item[1], facts))
@@ -61,10 +62,10 @@ def amp_flag(facts: ModuleFacts, autocasts: AutocastValues) -> AmpFlag | None:
     return AmpFlag(key, on_when_true, node, option, default)
 
 
-def _common(gates: list[dict[Gate, cst.CSTNode]]) -> dict[Gate, cst.CSTNode]:
+def common_gates(found: list[dict[Gate, cst.CSTNode]]) -> dict[Gate, cst.CSTNode]:
     """The gates all of them share (where each first applies, the earliest kept)."""
-    shared = dict(gates[0]) if gates else {}
-    for other in gates[1:]:
+    shared = dict(found[0]) if found else {}
+    for other in found[1:]:
         shared = {gate: node for gate, node in shared.items() if gate in other}
     return shared
 
@@ -74,36 +75,36 @@ def _order(node: cst.CSTNode, facts: ModuleFacts) -> int:
     return facts.order.get(around[0], 0) if around else 0
 
 
-def _gates(node: cst.CSTNode, statement: Statement, facts: ModuleFacts, depth: int = 0
-           ) -> dict[Gate, cst.CSTNode]:
+def gates_of(node: cst.CSTNode, statement: Statement, facts: ModuleFacts, depth: int = 0
+             ) -> dict[Gate, cst.CSTNode]:
     """The flags that must hold for `node` (in `statement`) to run, or to be on: an
     `enabled=` argument, the arm of a conditional expression, the `if`s around it, and
     those every call of its function in the module is behind."""
-    gates: dict[Gate, cst.CSTNode] = {}
+    found: dict[Gate, cst.CSTNode] = {}
     if isinstance(node, cst.Call):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "enabled":
-                gates.update(_flags(arg.value, True))
+                found.update(_flags(arg.value, True))
     for inner in _header(statement):
         if isinstance(inner, cst.IfExp):
             if any(n is node for n in descendants(inner.body)):
-                gates.update(_flags(inner.test, True))
+                found.update(_flags(inner.test, True))
             elif any(n is node for n in descendants(inner.orelse)):
-                gates.update(_flags(inner.test, False))
+                found.update(_flags(inner.test, False))
     current = statement
     for outer in facts.enclosing_statements(statement)[1:]:
         if isinstance(outer, cst.FunctionDef | cst.ClassDef):
             break
         if isinstance(outer, cst.If):
             in_body = facts.statements[current].block is outer.body
-            gates.update(_flags(outer.test, in_body))
+            found.update(_flags(outer.test, in_body))
         current = outer
     function = facts.statements[statement].function
     if function is not None and depth < _CALLERS_FOLLOWED:  # it runs where it is called
-        callers = [_gates(site.call, site.statement, facts, depth + 1)
+        callers = [gates_of(site.call, site.statement, facts, depth + 1)
                    for site in _callers(function, facts)]
-        gates = {**_common(callers), **gates}
-    return gates
+        found = {**common_gates(callers), **found}
+    return found
 
 
 _CALLERS_FOLLOWED = 3
@@ -143,6 +144,11 @@ def _flags(test: cst.BaseExpression, holds: bool) -> dict[Gate, cst.CSTNode]:
     if key is None or key in ("True", "False", "None"):
         return {}
     return {(key, holds): test}
+
+
+def option_of(key: str, facts: ModuleFacts) -> str | None:
+    """The command-line option that sets `key` (`--use-amp` for `args.use_amp`), if one does."""
+    return _default(key, facts)[0]
 
 
 def _default(key: str, facts: ModuleFacts) -> tuple[str | None, bool | None]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from amprewrite.analysis.amp_flags import Gate, common_gates, gates_of, option_of
 from amprewrite.analysis.autocast_values import (
     AutocastEntry,
     AutocastValues,
@@ -40,6 +41,24 @@ EVALUATION_ONLY_AUTOCAST = declare(
     ),
 )
 
+OPTIONAL_APEX_KEPT = declare(
+    "AMP612", SKIP, "optional apex path behind the script's flag, kept",
+    "The script's only mixed precision is apex's, behind one of its flags, and apex's "
+    "`FP16_Optimizer` / `fp16_utils` have no native migration: that path is kept as written, "
+    "the default FP32 training step is rewritten, and the grad scaler is off (O0) wherever "
+    "the flag is set, so the apex path trains as before. Remove the apex path when the "
+    "rewrite's mixed precision serves.",
+    why=(
+        "apex's FP16 utilities (`FP16_Optimizer`, `network_to_half`) run only behind one flag "
+        "(`if args.fp16:`), and the default path trains in FP32."
+    ),
+    example=(
+        "if args.fp16:\n"
+        "    optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)   # kept\n"
+        "scaler = GradScaler(\"O0\" if args.fp16 else \"O1\")"
+    ),
+)
+
 _AMP_MODULES = (
     "torch.amp",
     "torch.cuda.amp",
@@ -48,7 +67,11 @@ _AMP_MODULES = (
     "apex.fp16_utils",
     "amprewrite_runtime",
 )
-_AMP_NAMES = frozenset({"torch.autocast", "torch.GradScaler", "apex.amp"})
+# apex's FP16 training outside apex.amp: FP16_Optimizer (also under apex.optimizers),
+# network_to_half and the other fp16_utils
+_APEX_FP16 = ("apex.fp16_utils.", "apex.optimizers.FP16_Optimizer", "apex.contrib.optimizers.")
+_AMP_NAMES = frozenset({"torch.autocast", "torch.GradScaler", "apex.amp",
+                        "apex.optimizers.FP16_Optimizer"})
 _EVALUATION_WORDS = ("eval", "valid", "test", "predict", "infer", "generate", "sample")
 
 
@@ -77,6 +100,15 @@ def existing_amp(facts: ModuleFacts) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class OptionalApex:
+    """apex's FP16 path, taken where `test` holds (`args.fp16`, `not args.fp32`)."""
+
+    test: str
+    taken: str  # "with `--fp16` (`args.fp16`)", "without `--fp32` (`args.fp32`)"
+    node: cst.CSTNode  # where the flag first gates it
+
+
 @dataclass
 class AmpInTraining:
     """Whether training already runs mixed precision, and the autocasts that cover
@@ -85,6 +117,8 @@ class AmpInTraining:
     trains: bool = False  # a grad scaler, an apex.amp call, or a training autocast
     evaluation_autocasts: list[AutocastEntry] = field(default_factory=list)
     dtype: str | None = None  # the low-precision dtype they all name, if they agree on one
+    # apex's FP16 path behind a flag (`if args.fp16:`), the file's only AMP in training
+    optional_apex: OptionalApex | None = None
 
     def covers(self, region: Region, facts: ModuleFacts) -> bool:
         """The region already runs under one of the evaluation autocasts."""
@@ -94,22 +128,41 @@ class AmpInTraining:
 
     @property
     def notes(self) -> list[Note]:
-        return [Note(EVALUATION_ONLY_AUTOCAST, entry.node,
-                     "this autocast covers evaluation only: the training "
-                     "step ran in FP32 and is rewritten; this region is kept as written")
-                for entry in self.evaluation_autocasts]
+        notes = [Note(EVALUATION_ONLY_AUTOCAST, entry.node,
+                      "this autocast covers evaluation only: the training "
+                      "step ran in FP32 and is rewritten; this region is kept as written")
+                 for entry in self.evaluation_autocasts]
+        if self.optional_apex is not None:
+            notes.append(Note(OPTIONAL_APEX_KEPT, self.optional_apex.node, (
+                f"apex's FP16 path, taken {self.optional_apex.taken}, is kept as written: the "
+                "default FP32 training step is rewritten, and the grad scaler is off (O0) on "
+                "the apex path")))
+        return notes
 
 
 def amp_in_training(facts: ModuleFacts, training_regions: list[Region],
                     autocasts: AutocastValues) -> AmpInTraining:
     found = AmpInTraining()
     in_training = {id(s) for region in training_regions for s in region.statements}
+    apex: list[dict[Gate, cst.CSTNode]] = []
     for site in facts.calls:
         resolved = facts.imports.resolve(site.call.func) or ""
         scaler = resolved.rsplit(".", 1)[-1] in ("GradScaler", "ShardedGradScaler") and (
             resolved.startswith(("torch.", "amprewrite_runtime.")))
-        if scaler or resolved.startswith(("apex.amp.", "apex.fp16_utils.")):
+        if resolved.startswith(_APEX_FP16):
+            apex.append(gates_of(site.call, site.statement, facts))
+        elif scaler or resolved.startswith("apex.amp."):
             found.trains = True
+    shared = common_gates(apex) if apex else {}
+    if shared:
+        (key, when_true), node = min(shared.items(), key=lambda item: facts.order.get(
+            facts.statements_around(item[1])[0], 0))
+        option = option_of(key, facts)
+        named = f"`{option}` (`{key}`)" if option else f"`{key}`"
+        found.optional_apex = OptionalApex(key if when_true else f"not {key}",
+                                           f"{'with' if when_true else 'without'} {named}", node)
+    elif apex:
+        found.trains = True
     if autocasts.unfollowed:  # `ctx.__enter__()`, a helper never entered here: not followed
         found.trains = True
     dtypes = set()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from amprewrite.analysis.amp_flags import AmpFlag
+from amprewrite.analysis.existing_amp import OPTIONAL_APEX_KEPT
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import SKIP, declare
 from amprewrite.rules.context import RuleContext
@@ -54,6 +55,12 @@ def flag_message(flag: AmpFlag) -> str:
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+    apex = analysis.amp_in_training.optional_apex
+    if apex is not None:  # `--plain` has no opt level to turn the scaler off on its path
+        ctx.notes.append(Note(OPTIONAL_APEX_KEPT, apex.node, (
+            f"apex's FP16 path, taken {apex.taken}, is the file's only mixed precision, "
+            "and `--plain` cannot turn a grad scaler off on that path: the file is left "
+            "as written (without `--plain` its FP32 training step is rewritten)")))
     flag = analysis.amp_flag
     if flag is not None:
         ctx.notes.append(Note(OWN_AMP_BEHIND_FLAG, flag.node, flag_message(flag)))
@@ -116,4 +123,4 @@ for x, y in loader:
 
 
 RULE = rule("own-amp-kept", (OWN_AMP_BEHIND_FLAG, DEPRECATED_VALUE_KEPT), _plan,
-            examples=_OWN_AMP_KEPT_EXAMPLES)
+            examples=_OWN_AMP_KEPT_EXAMPLES, reports=(OPTIONAL_APEX_KEPT,))
