@@ -47,8 +47,10 @@ SPELLINGS = {
 }
 
 
-@pytest.mark.parametrize("indent", ["", "    "], ids=["module level", "function"])
-@pytest.mark.parametrize("spelling", SPELLINGS.values(), ids=list(SPELLINGS))
+@pytest.mark.parametrize(("spelling", "indent"), [
+    (spelling, "    " * (index % 2)) for index, spelling in enumerate(SPELLINGS.values())
+], ids=[f"{name}, {('module level', 'function')[index % 2]}"
+        for index, name in enumerate(SPELLINGS)])
 def test_apex_amp_in_every_spelling_is_migrated(spelling: tuple[str, str], indent: str) -> None:
     imports, amp = spelling
     output, findings = _rewrite(_script("use_fp16 = True\n" + imports, amp, indent=indent))
