@@ -8,6 +8,7 @@ import re
 import shlex
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -160,7 +161,7 @@ def main(
         outcomes.extend(_problems(found.problems))
         linked, alone = _projects(found.targets, options, write, jobs)
         outcomes.extend(linked)
-        outcomes.extend(run_files(alone, options, write, jobs, progress=output_format == "text"))
+        outcomes.extend(_alone(alone, options, write, jobs, progress=output_format == "text"))
         codes = code_prefixes(settings["select"]), code_prefixes(settings["ignore"])
         outcomes = [in_reported_mood(keep_findings(outcome, *codes), not write)
                     for outcome in report_order(outcomes)]
@@ -218,6 +219,26 @@ def _projects(
     for outcome in outcomes:
         outcome.explicit = explicit.get(outcome.path, True)
     return outcomes, [t for t in targets if resolved(t.path) not in handled]
+
+
+def _alone(
+    targets: list[Target], options: Options, write: bool, jobs: int | None, progress: bool
+) -> list[FileOutcome]:
+    """The files rewritten one by one; those of a project whose training runs the author's
+    own mixed precision with `Options.project_amp` naming that file."""
+    from amprewrite.project.own_amp import own_amp_owners
+
+    python = {resolved(t.path): str(t.path) for t in targets if not is_notebook(str(t.path))}
+    owners = own_amp_owners(python, options) if options.opt_level != "O0" and len(
+        python) > 1 else {}
+    groups: dict[str | None, list[Target]] = {}
+    for target in targets:
+        groups.setdefault(owners.get(resolved(target.path)), []).append(target)
+    outcomes = []
+    for owner, group in groups.items():
+        kept = options if owner is None else replace(options, project_amp=owner)
+        outcomes.extend(run_files(group, kept, write, jobs, progress=progress))
+    return outcomes
 
 
 def _problems(problems: list[Problem]) -> list[FileOutcome]:

@@ -21,6 +21,9 @@ class Options:
     reproducible: bool = False  # seed everything at the entry point, seed training loaders
     seed: int = 0
     line_length: int | None = None  # the project's (ruff, black, flake8); None: each file's
+    # a file of this one's project that trains with its own mixed precision (as shown): no
+    # autocast is added to this file's evaluation code (`project.own_amp`)
+    project_amp: str | None = None
 
     @property
     def casts_model(self) -> bool:

@@ -22,7 +22,7 @@ from amprewrite.fileio import (
     read_source,
     write_atomically,
 )
-from amprewrite.findings import CANNOT_PARSE, CANNOT_PROCESS, Finding
+from amprewrite.findings import CANNOT_PROCESS, Finding
 from amprewrite.options import Options
 
 if TYPE_CHECKING:
@@ -130,6 +130,9 @@ def _failed(path: str, explicit: bool, finding: Finding, source: bytes = b"") ->
 
 
 def rewrite_failure(exc: Exception) -> Finding:
+    """The finding for a rewrite that raised `exc`. The engine reports what the input's own
+    syntax refuses (AMP003, a RewriteError); any other SyntaxError is a rule's (libcst's
+    CSTValidationError for a node it built), an internal error (AMP004)."""
     from amprewrite.engine import RewriteError
 
     if isinstance(exc, RewriteError):
@@ -137,9 +140,6 @@ def rewrite_failure(exc: Exception) -> Finding:
     if isinstance(exc, UnicodeError) or type(exc) is LookupError:  # LookupError: no codec
         return Finding(CANNOT_PROCESS, 1, 1, f"cannot decode ({type(exc).__name__}: {exc}); "
                        f"{LEFT_ALONE}")
-    if isinstance(exc, SyntaxError):  # the engine should have turned it into AMP003/AMP004
-        return Finding(CANNOT_PARSE, exc.lineno or 1, exc.offset or 1,
-                       f"cannot parse ({type(exc).__name__}: {exc.msg}); {LEFT_ALONE}")
     if isinstance(exc, RecursionError):
         return Finding(CANNOT_PROCESS, 1, 1, f"source too deeply nested to rewrite; {LEFT_ALONE}")
     if isinstance(exc, OSError):

@@ -268,6 +268,85 @@ def test_migrated_apex_script_runs_without_apex(level: str, dtype: str, tmp_path
     assert resumed.losses[0] < amp.losses[0]  # it starts from the trained weights
 
 
+def test_migrated_apex_switch_keeps_fp32_without_its_flag() -> None:
+    """`import apex`, `apex.amp.initialize(models=..., enabled=args.fp16)`: migrated, the script
+    trains in FP32 without `--fp16` (even where float16 is asked for), in each low-precision
+    dtype with it, like FP32."""
+    script = FIXTURES_DIR / "migrate_apex_package_keywords" / "expected_O1.py"
+    off_job = Job.of(script, (), FLOAT16_ENV)
+    off, *on = run_scripts([off_job, *(Job.of(script, ["--fp16"], DTYPE_ENVS[dtype])
+                                       for dtype in LOW_PRECISION)])
+    assert off.ok, off.explain()
+    assert set(off.train_dtypes) == {FLOAT32} and not any(off.backward_scaled)
+    for dtype, run in zip(LOW_PRECISION, on, strict=True):
+        assert run.ok, run.explain()
+        assert set(run.train_dtypes) == {dtype}
+        fp32 = fp32_twin(off_job, run).run() if dtype == FLOAT16 else off
+        assert run.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.1)
+
+
+def test_migrated_torch_cuda_amp_trains_on_the_scripts_own_device() -> None:
+    """`torch.cuda.amp` on a CPU disables itself (the input trains in FP32); migrated with the
+    script's device type, the training step autocasts on the CPU in the dtype it names."""
+    directory = FIXTURES_DIR / "migrate_torch_cuda_amp_device"
+    fp32_job = Job.of(directory / "input.py")
+    fp32, *amp = run_scripts([fp32_job, *(Job.of(directory / "expected_O1.py", args)
+                                          for args in ((), ("--float16",)))])
+    assert fp32.ok, fp32.explain()
+    assert set(fp32.train_dtypes) == {FLOAT32}
+    for dtype, run in zip(LOW_PRECISION, amp, strict=True):
+        assert run.ok, run.explain()
+        assert set(run.train_dtypes) == {dtype}
+        # the input's steps go through CUDA's (disabled) scaler, which an FP32 twin cannot
+        # skip: compare with FP32 after as many steps as the run took
+        taken = len(fp32.losses) - 1 - len(run.skipped_at)
+        assert run.losses[-1] == pytest.approx(fp32.losses[taken], rel=0.1, abs=1e-3)
+
+
+FAKE_FP16_UTILS = """\
+class FP16_Optimizer:
+    \"\"\"apex's FP16_Optimizer as far as the fixture uses it: a static loss scale.\"\"\"
+
+    def __init__(self, optimizer, dynamic_loss_scale=False):
+        self.optimizer, self.scale = optimizer, 128.0
+
+    def zero_grad(self):
+        self.optimizer.zero_grad()
+
+    def backward(self, loss):
+        (loss * self.scale).backward()
+
+    def step(self):
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                p.grad.div_(self.scale)
+        self.optimizer.step()
+"""
+
+
+def test_an_optional_apex_path_is_kept_and_the_default_path_rewritten(tmp_path: Path) -> None:
+    """By default the rewrite trains in each low-precision dtype like FP32; with `--fp16` the
+    apex path (a stand-in `apex.fp16_utils` beside the script) trains as written, in float16
+    with its own loss scale, never through an enabled grad scaler."""
+    directory = FIXTURES_DIR / "optional_apex_fp16_optimizer"
+    script = tmp_path / "train.py"
+    script.write_bytes((directory / "expected_O1.py").read_bytes())
+    (tmp_path / "apex").mkdir()
+    (tmp_path / "apex" / "__init__.py").write_text("")
+    (tmp_path / "apex" / "fp16_utils.py").write_text(FAKE_FP16_UTILS)
+    fp32_job = Job.of(directory / "input.py")
+    fp32, apex, *amp = run_scripts([fp32_job, Job.of(script, ["--fp16"], FLOAT16_ENV),
+                                    *(Job.of(script, (), DTYPE_ENVS[d]) for d in LOW_PRECISION)])
+    assert fp32.ok and apex.ok, (fp32.explain(), apex.explain())
+    assert set(apex.train_dtypes) == {FLOAT16} and not any(apex.backward_scaled)
+    assert apex.optimizer_steps_taken == fp32.optimizer_steps_taken == 12
+    for dtype, run in zip(LOW_PRECISION, amp, strict=True):
+        assert run.ok, run.explain()
+        assert set(run.train_dtypes) == {dtype}
+        baseline = fp32_twin(fp32_job, run).run() if dtype == FLOAT16 else fp32
+        assert run.losses[-1] == pytest.approx(baseline.losses[-1], rel=0.1, abs=1e-3)
+
+
 LEGACY_AMP = b'''import torch
 from torch.cpu.amp import autocast
 from torch.cuda.amp import GradScaler

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from amprewrite.analysis.amp_flags import AmpFlag, amp_flag
 from amprewrite.analysis.amp_usage import AmpUsage, amp_usage
 from amprewrite.analysis.apex_amp import ApexAmp, apex_amp
+from amprewrite.analysis.autocast_values import AutocastValues, autocast_values
 from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
@@ -124,7 +126,18 @@ class ModuleAnalysis:
     @cached_property
     def amp_in_training(self) -> AmpInTraining:
         """Does training use the module's AMP (or only evaluation)?"""
-        return amp_in_training(self.facts, self.function_regions.all_regions)
+        return amp_in_training(self.facts, self.function_regions.all_regions,
+                               self.autocast_values)
+
+    @cached_property
+    def autocast_values(self) -> AutocastValues:
+        """The autocasts the module builds and the `with` items that enter them."""
+        return autocast_values(self.facts)
+
+    @cached_property
+    def amp_flag(self) -> AmpFlag | None:
+        """The flag every grad scaler and autocast of the module is behind, if one is."""
+        return amp_flag(self.facts, self.autocast_values)
 
     @cached_property
     def _loss_helpers(self) -> dict[str, bool]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.existing_amp import turns_off
+from amprewrite.analysis.autocast_values import turns_off
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.scaler_home import SCALER_NAME

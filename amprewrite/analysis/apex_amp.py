@@ -53,11 +53,12 @@ class ApexAmp:
 def apex_amp(facts: ModuleFacts) -> ApexAmp:
     found = ApexAmp()
     targets = facts.imports.aliases.values()
-    if not any(t == "apex.amp" or t.startswith("apex.amp.") for t in targets):
+    if not any(t == "apex" or t == "apex.amp" or t.startswith("apex.amp.") for t in targets):
         return found
+    package = _package_for_amp(facts)  # `import apex`, only ever used as `apex.amp`
     for statement in facts.statements:
         if isinstance(statement, cst.SimpleStatementLine) and any(
-                isinstance(s, cst.ImportFrom | cst.Import) and _imports_apex_amp(s)
+                isinstance(s, cst.ImportFrom | cst.Import) and _imports_apex_amp(s, package)
                 for s in statement.body):
             found.imports.append(statement)
         elif isinstance(statement, cst.With) and len(statement.items) == 1:
@@ -80,13 +81,34 @@ def apex_amp(facts: ModuleFacts) -> ApexAmp:
     return found
 
 
-def _imports_apex_amp(node: cst.Import | cst.ImportFrom) -> bool:
+def _imports_apex_amp(node: cst.Import | cst.ImportFrom, package_for_amp: bool) -> bool:
+    """`from apex import amp [as x]`, `import apex.amp as amp`, or `import apex[.amp]` where
+    `package_for_amp`: names used for apex.amp alone."""
     if isinstance(node, cst.ImportFrom):
         module = dotted(node.module) if node.module is not None else ""
         names = [] if isinstance(node.names, cst.ImportStar) else [
             dotted(a.name) for a in node.names]
         return module == "apex.amp" or (module == "apex" and names == ["amp"])
-    return all(dotted(a.name) == "apex.amp" for a in node.names)
+    return all((dotted(a.name) == "apex.amp" and a.asname is not None)
+               or (dotted(a.name) in ("apex", "apex.amp") and a.asname is None
+                   and package_for_amp) for a in node.names)
+
+
+def _package_for_amp(facts: ModuleFacts) -> bool:
+    """`import apex` (or `import apex.amp`) binds `apex`, and every use of the name is
+    `apex.amp` (not `apex.parallel`), at least one: the import goes with apex.amp."""
+    if facts.imports.aliases.get("apex") != "apex":
+        return False
+    counts = {"names": 0, "chains": 0}  # uses of `apex`; of them, `apex.amp`
+    for node in descendants(facts.module):
+        kind = type(node)
+        sign = -1 if kind is cst.Import or kind is cst.ImportFrom else 1  # not the import's own
+        for inner in descendants(node) if sign < 0 else (node,):
+            if type(inner) is cst.Name and inner.value == "apex":
+                counts["names"] += sign
+            elif type(inner) is cst.Attribute and dotted(inner) == "apex.amp":
+                counts["chains"] += sign
+    return counts["chains"] > 0 and counts["names"] == counts["chains"]
 
 
 def _amp_function(call: cst.Call, facts: ModuleFacts) -> str | None:
@@ -96,12 +118,22 @@ def _amp_function(call: cst.Call, facts: ModuleFacts) -> str | None:
     return None
 
 
+def initialized(call: cst.Call) -> list[cst.BaseExpression]:
+    """What `amp.initialize(models, optimizers=None, ...)` was given and returns: the models,
+    and the optimizers when given, positionally or by keyword (`models=model`)."""
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    models = positional[0] if positional else keywords.get("models")
+    optimizers = positional[1] if len(positional) > 1 else keywords.get("optimizers")
+    return [node for node in (models, optimizers) if node is not None]
+
+
 def _pair_models(call: cst.Call, models: dict[str, str]) -> None:
     """`amp.initialize(model, optimizer)` / `([m1, m2], [o1, o2])`: which model each trains."""
-    positional = [a.value for a in call.args if a.keyword is None]
-    if len(positional) < 2:
+    given = initialized(call)
+    if len(given) < 2:
         return
-    model_nodes, optimizer_nodes = positional[0], positional[1]
+    model_nodes, optimizer_nodes = given
     if isinstance(model_nodes, cst.List) and isinstance(optimizer_nodes, cst.List):
         pairs = zip(model_nodes.elements, optimizer_nodes.elements, strict=False)
         for model, optimizer in pairs:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, body
+from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement, body
 from amprewrite.analysis.forward import computes_loss, is_model_call
 from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import dotted
@@ -80,7 +80,13 @@ def _loss_end(block: Block, end: int, facts: ModuleFacts, kinds: KindTable) -> i
 
 
 def under_no_grad(site: CallSite, facts: ModuleFacts) -> bool:
-    for outer in facts.enclosing_statements(site.statement):
+    return statement_under_no_grad(site.statement, facts)
+
+
+def statement_under_no_grad(statement: Statement, facts: ModuleFacts) -> bool:
+    """`statement` runs without gradients: in a `no_grad` / `inference_mode` block, or in a
+    function they decorate."""
+    for outer in facts.enclosing_statements(statement):
         if isinstance(outer, cst.With) and any(
             _is_no_grad(item.item, facts) for item in outer.items
         ):

@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.evaluation import under_no_grad
-from amprewrite.analysis.facts import CallSite, ModuleFacts, body
+from amprewrite.analysis.amp_flags import Gate, common_gates, gates_of, option_of
+from amprewrite.analysis.autocast_values import (
+    AutocastEntry,
+    AutocastValues,
+    mentions_autocast,
+)
+from amprewrite.analysis.evaluation import statement_under_no_grad
+from amprewrite.analysis.facts import ModuleFacts, body
 from amprewrite.analysis.names import dotted, walk
 from amprewrite.analysis.statements import is_backward_call, is_step_call
 from amprewrite.analysis.training_step import Note, Region
@@ -35,6 +41,24 @@ EVALUATION_ONLY_AUTOCAST = declare(
     ),
 )
 
+OPTIONAL_APEX_KEPT = declare(
+    "AMP612", SKIP, "optional apex path behind the script's flag, kept",
+    "The script's only mixed precision is apex's, behind one of its flags, and apex's "
+    "`FP16_Optimizer` / `fp16_utils` have no native migration: that path is kept as written, "
+    "the default FP32 training step is rewritten, and the grad scaler is off (O0) wherever "
+    "the flag is set, so the apex path trains as before. Remove the apex path when the "
+    "rewrite's mixed precision serves.",
+    why=(
+        "apex's FP16 utilities (`FP16_Optimizer`, `network_to_half`) run only behind one flag "
+        "(`if args.fp16:`), and the default path trains in FP32."
+    ),
+    example=(
+        "if args.fp16:\n"
+        "    optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)   # kept\n"
+        "scaler = GradScaler(\"O0\" if args.fp16 else \"O1\")"
+    ),
+)
+
 _AMP_MODULES = (
     "torch.amp",
     "torch.cuda.amp",
@@ -43,11 +67,11 @@ _AMP_MODULES = (
     "apex.fp16_utils",
     "amprewrite_runtime",
 )
-_AMP_NAMES = frozenset({"torch.autocast", "torch.GradScaler", "apex.amp"})
-AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
-                        "torch.cpu.amp.autocast", "torch.amp.autocast_mode.autocast",
-                        "amprewrite_runtime.autocast"})
-_LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
+# apex's FP16 training outside apex.amp: FP16_Optimizer (also under apex.optimizers),
+# network_to_half and the other fp16_utils
+_APEX_FP16 = ("apex.fp16_utils.", "apex.optimizers.FP16_Optimizer", "apex.contrib.optimizers.")
+_AMP_NAMES = frozenset({"torch.autocast", "torch.GradScaler", "apex.amp",
+                        "apex.optimizers.FP16_Optimizer"})
 _EVALUATION_WORDS = ("eval", "valid", "test", "predict", "infer", "generate", "sample")
 
 
@@ -66,11 +90,23 @@ def existing_amp(facts: ModuleFacts) -> str | None:
             return target
     expressions: list[cst.BaseExpression] = [site.call.func for site in facts.calls]
     expressions.extend(d.decorator for f in facts.functions for d in f.decorators)
+    if mentions_autocast(facts):  # `partial(torch.autocast, ...)`, `ac = torch.autocast`
+        expressions.extend(arg.value for site in facts.calls for arg in site.call.args)
+        expressions.extend(binding.value for binding in facts.bindings)
     for expression in expressions:
         resolved = facts.imports.resolve(expression)
         if resolved is not None and _is_amp(resolved):
             return resolved
     return None
+
+
+@dataclass(frozen=True)
+class OptionalApex:
+    """apex's FP16 path, taken where `test` holds (`args.fp16`, `not args.fp32`)."""
+
+    test: str
+    taken: str  # "with `--fp16` (`args.fp16`)", "without `--fp32` (`args.fp32`)"
+    node: cst.CSTNode  # where the flag first gates it
 
 
 @dataclass
@@ -79,62 +115,75 @@ class AmpInTraining:
     evaluation only (kept as written when the training step is rewritten)."""
 
     trains: bool = False  # a grad scaler, an apex.amp call, or a training autocast
-    evaluation_autocasts: list[CallSite] = field(default_factory=list)
+    evaluation_autocasts: list[AutocastEntry] = field(default_factory=list)
     dtype: str | None = None  # the low-precision dtype they all name, if they agree on one
+    # apex's FP16 path behind a flag (`if args.fp16:`), the file's only AMP in training
+    optional_apex: OptionalApex | None = None
 
     def covers(self, region: Region, facts: ModuleFacts) -> bool:
         """The region already runs under one of the evaluation autocasts."""
-        owners = {id(site.statement) for site in self.evaluation_autocasts}
+        owners = {id(entry.statement) for entry in self.evaluation_autocasts}
         return any(id(outer) in owners for outer in
                    facts.enclosing_statements(body(region.block)[region.start])[1:])
 
     @property
     def notes(self) -> list[Note]:
-        return [Note(EVALUATION_ONLY_AUTOCAST, site.call,
-                     "this autocast covers evaluation only: the training "
-                     "step ran in FP32 and is rewritten; this region is kept as written")
-                for site in self.evaluation_autocasts]
+        notes = [Note(EVALUATION_ONLY_AUTOCAST, entry.node,
+                      "this autocast covers evaluation only: the training "
+                      "step ran in FP32 and is rewritten; this region is kept as written")
+                 for entry in self.evaluation_autocasts]
+        if self.optional_apex is not None:
+            notes.append(Note(OPTIONAL_APEX_KEPT, self.optional_apex.node, (
+                f"apex's FP16 path, taken {self.optional_apex.taken}, is kept as written: the "
+                "default FP32 training step is rewritten, and the grad scaler is off (O0) on "
+                "the apex path")))
+        return notes
 
 
-def amp_in_training(facts: ModuleFacts, training_regions: list[Region]) -> AmpInTraining:
+def amp_in_training(facts: ModuleFacts, training_regions: list[Region],
+                    autocasts: AutocastValues) -> AmpInTraining:
     found = AmpInTraining()
     in_training = {id(s) for region in training_regions for s in region.statements}
-    dtypes = set()
+    apex: list[dict[Gate, cst.CSTNode]] = []
     for site in facts.calls:
         resolved = facts.imports.resolve(site.call.func) or ""
         scaler = resolved.rsplit(".", 1)[-1] in ("GradScaler", "ShardedGradScaler") and (
             resolved.startswith(("torch.", "amprewrite_runtime.")))
-        if scaler or resolved.startswith(("apex.amp.", "apex.fp16_utils.")):
+        if resolved.startswith(_APEX_FP16):
+            apex.append(gates_of(site.call, site.statement, facts))
+        elif scaler or resolved.startswith("apex.amp."):
             found.trains = True
-        elif resolved in AUTOCASTS and not turns_off(site.call):
-            if _grad_free(site, facts, in_training):
-                found.evaluation_autocasts.append(site)
-                dtypes.add(autocast_dtype(site.call, facts))
-            else:
-                found.trains = True
+    shared = common_gates(apex) if apex else {}
+    if shared:
+        (key, when_true), node = min(shared.items(), key=lambda item: facts.order.get(
+            facts.statements_around(item[1])[0], 0))
+        option = option_of(key, facts)
+        named = f"`{option}` (`{key}`)" if option else f"`{key}`"
+        found.optional_apex = OptionalApex(key if when_true else f"not {key}",
+                                           f"{'with' if when_true else 'without'} {named}", node)
+    elif apex:
+        found.trains = True
+    if autocasts.unfollowed:  # `ctx.__enter__()`, a helper never entered here: not followed
+        found.trains = True
+    dtypes = set()
+    for entry in autocasts.entries:
+        if _grad_free(entry, facts, in_training):
+            found.evaluation_autocasts.append(entry)
+            dtypes.add(entry.dtype)
+        else:
+            found.trains = True
     found.dtype = dtypes.pop() if len(dtypes) == 1 else None
     return found
 
 
-def turns_off(call: cst.BaseExpression) -> bool:
-    """`autocast(enabled=False)`: a guard keeping code in float32, not mixed precision
-    (amprewrite never writes one: O0 keeps it)."""
-    return isinstance(call, cst.Call) and any(
-        arg.keyword is not None and arg.keyword.value == "enabled"
-        and isinstance(arg.value, cst.Name) and arg.value.value == "False" for arg in call.args)
-
-
-def _grad_free(site: CallSite, facts: ModuleFacts, in_training: set[int]) -> bool:
-    """The autocast is a `with` item or a decorator whose code runs without gradients: under
-    no_grad / inference_mode, or in an evaluation function the training step never calls."""
-    statement = site.statement
-    with_item = isinstance(statement, cst.With) and any(
-        item.item is site.call for item in statement.items)
-    if not (with_item or isinstance(statement, cst.FunctionDef)):
-        return False  # `ctx = torch.autocast(...)`, `.__enter__()`: not followed
-    if under_no_grad(site, facts):
+def _grad_free(entry: AutocastEntry, facts: ModuleFacts, in_training: set[int]) -> bool:
+    """The autocast is entered (a `with` item, a decorator) where code runs without
+    gradients: under no_grad / inference_mode, or in an evaluation function the training
+    step never calls."""
+    if statement_under_no_grad(entry.statement, facts):
         return True
-    function = site.function
+    function = facts.statements[entry.statement].function if isinstance(
+        entry.statement, cst.With) else entry.statement
     return function is not None and _evaluation_function(function, facts, in_training)
 
 
@@ -152,13 +201,3 @@ def _evaluation_function(function: cst.FunctionDef, facts: ModuleFacts,
         and any(id(outer) in in_training for outer in facts.enclosing_statements(s.statement))
         for s in facts.calls)
     return evaluates and not called_in_training
-
-
-def autocast_dtype(call: cst.Call, facts: ModuleFacts) -> str | None:
-    """The low-precision dtype an autocast call names (`dtype=torch.bfloat16`, or its second
-    positional argument), "bfloat16" or "float16"; None where it names none it can tell."""
-    for position, arg in enumerate(call.args):
-        keyword = arg.keyword.value if arg.keyword is not None else None
-        if keyword == "dtype" or (keyword is None and position == 1):
-            return _LOW_DTYPES.get(facts.imports.resolve(arg.value) or "")
-    return None

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from amprewrite.analysis.amp_usage import AmpUsage
+from amprewrite.analysis.autocast_values import AUTOCASTS, autocast_dtype, turns_off
 from amprewrite.analysis.checkpoints import Checkpoints
 from amprewrite.analysis.definite_binding import may_be_unbound
 from amprewrite.analysis.evaluation import under_no_grad
-from amprewrite.analysis.existing_amp import AUTOCASTS, autocast_dtype, turns_off
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.hazards import low_precision_casts, manual_casts
 from amprewrite.analysis.kinds import Kind, KindTable

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from amprewrite.analysis.existing_amp import AUTOCASTS
+from amprewrite.analysis.autocast_values import AUTOCASTS
 
 __all__ = ["AUTOCASTS", "CLIPPING", "FRAMEWORK_RECEIVERS", "NOT_OPTIMIZERS",
            "OPTIMIZER_CLASSES", "SCALER_CLASSES", "SCALER_METHODS", "optimizer_named"]

@@ -26,6 +26,7 @@ def recipes() -> tuple[Recipe, ...]:
         nothing.FP32_ALREADY,
         nothing.MODEL_MODULE,
         nothing.NOTHING_TO_REWRITE,
+        nothing.PROJECT_AMP,
         mixed_precision.MIXED_PRECISION,
     )
 

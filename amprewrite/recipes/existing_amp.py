@@ -5,14 +5,20 @@ from __future__ import annotations
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.options import Options
 from amprewrite.recipes.recipe import Recipe, plain_context
-from amprewrite.rules import lint_fixes, revert_to_fp32
+from amprewrite.rules import lint_fixes, own_amp_kept, revert_to_fp32
 from amprewrite.rules.context import RuleContext
+
+
+def _kept(analysis: ModuleAnalysis, options: Options) -> bool:
+    """The file's own AMP is kept as written: its training runs it, or its only AMP is an
+    optional apex path that `--plain`, having no opt level, cannot turn the scaler off for."""
+    return analysis.existing_amp is not None and (not analysis.partial_amp or (
+        options.plain and analysis.amp_in_training.optional_apex is not None))
+
 
 REVERT = Recipe(
     name="revert-to-fp32",
-    applies=lambda analysis, options: (options.opt_level == "O0"
-                                       and analysis.existing_amp is not None
-                                       and not analysis.partial_amp),
+    applies=lambda analysis, options: options.opt_level == "O0" and _kept(analysis, options),
     context=plain_context,
     rules=(revert_to_fp32.RULE,),
 )
@@ -28,8 +34,7 @@ def _lint_context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
 
 LINT = Recipe(
     name="lint",
-    applies=lambda analysis, options: (analysis.existing_amp is not None
-                                       and not analysis.partial_amp),
+    applies=_kept,
     context=_lint_context,
-    rules=(lint_fixes.RULE,),
+    rules=(lint_fixes.RULE, own_amp_kept.RULE),
 )

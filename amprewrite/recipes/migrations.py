@@ -16,7 +16,8 @@ APEX_AND_RAY = Recipe(
 
 DEPRECATED_TORCH_AMP = Recipe(
     name="migrate-torch-cuda-amp",
-    applies=lambda analysis, options: bool(analysis.deprecated),
+    applies=lambda analysis, options: (bool(analysis.deprecated)
+                                       and not analysis.deprecated.values),
     context=plain_context,
     rules=(migrate_torch_cuda_amp.RULE,),
     rewrites_result=lambda options: True,

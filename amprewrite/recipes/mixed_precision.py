@@ -51,7 +51,13 @@ from amprewrite.rules import (
 )
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.import_order import import_index
-from amprewrite.rules.styles import Needs, defer_to_initialize, plain_style, runtime_style
+from amprewrite.rules.styles import (
+    Needs,
+    defer_to_initialize,
+    off_when,
+    plain_style,
+    runtime_style,
+)
 from amprewrite.transform import Insert, Replace
 
 if TYPE_CHECKING:
@@ -77,21 +83,25 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         and any(wrap.current is None for wrap in analysis.sharding_wraps),
     )
     names = FreshNames(facts.names)
+    optional_apex = analysis.amp_in_training.optional_apex
+    carried = analysis.scaler_arguments or (  # `"O0" if args.fp16 else "O1"`: apex's path
+        off_when(optional_apex.test, options, needs) if optional_apex else None)
     style = (plain_style if options.plain else runtime_style)(
-        facts, options, needs, analysis.scaler_arguments, names)
+        facts, options, needs, carried, names)
     ctx = RuleContext(facts, options, style.autocast, style=style, names=names)
-    carried = analysis.scaler_arguments
     ctx.level_at_run_time = bool(carried) and not keyword_argument(carried[0]) and (
-        not carried[0].startswith(('"O', "'O")))  # `args.opt_level`, not `"O2"`
+        not carried[0].startswith(('"O', "'O")) or optional_apex is not None)
     if not analysis.escapes.stuck:
         autocast.decide_hoisted_losses(ctx, [r for s in autocast_regions.splits(analysis)
                                              for r in s.regions])
     if scaling:
-        _decide_scaler(ctx, analysis)
+        _decide_scaler(ctx, analysis, carried)
     return ctx
 
 
-def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
+def _decide_scaler(
+    ctx: RuleContext, analysis: ModuleAnalysis, carried: tuple[str, ...] | None
+) -> None:
     training, checkpoints, options = analysis.training, analysis.checkpoints, ctx.options
     builds = analysis.optimizer_builds if options.casts_model else []
     uses = [*training.backwards, *training.steps, *training.unscales, *(b.binding for b in builds),
@@ -101,10 +111,10 @@ def _decide_scaler(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     if analysis.links:
         uses = _linked_scaler(ctx, analysis.links, uses, optimizers, name)
     if uses:  # else every use is in a function that receives the scaler
-        home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis), name)
+        home = find_scaler_home(ctx.facts, uses, optimizers, _global_index(analysis, carried),
+                                name)
         ctx.scaler_home = home
         ctx.scaler_expr = home.expression
-        carried = analysis.scaler_arguments
         if (home.scope == "global" and carried and ctx.style is not None
                 and not bound_before(carried, home.index, ctx.facts)):
             ctx.style.scaler, ctx.initialize_arguments = defer_to_initialize(
@@ -139,12 +149,12 @@ def _linked_scaler(
     return [use for use in uses if use.function not in received]
 
 
-def _global_index(analysis: ModuleAnalysis) -> int:
+def _global_index(analysis: ModuleAnalysis, carried: tuple[str, ...] | None) -> int:
     """Where a module-global scaler goes: after the imports, unless its arguments come from
     the script (`GradScaler(args.opt_level)` after an apex migration): then right after the
     module-level optimizer build, where those names exist."""
     facts = analysis.facts
-    if analysis.scaler_arguments:
+    if carried:
         module_level = [facts.position(b.binding.statement)[1] for b in analysis.optimizer_builds
                         if b.binding.function is None
                         and facts.statements[b.binding.statement].parent is None]

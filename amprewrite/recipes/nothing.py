@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from amprewrite.recipes.recipe import Recipe, plain_context
-from amprewrite.rules import fp32_asked, model_module_constants, nothing_found
+from amprewrite.rules import fp32_asked, model_module_constants, nothing_found, project_amp_kept
 
 FP32_ALREADY = Recipe(
     name="fp32-asked",
@@ -25,4 +25,13 @@ MODEL_MODULE = Recipe(
                                        and bool(analysis.model_fills.fills)),
     context=plain_context,
     rules=(model_module_constants.RULE,),
+)
+
+PROJECT_AMP = Recipe(
+    name="project-amp",
+    applies=lambda analysis, options: (options.project_amp is not None
+                                       and not analysis.training.found
+                                       and bool(analysis.evaluation_regions.regions)),
+    context=plain_context,
+    rules=(project_amp_kept.RULE,),
 )

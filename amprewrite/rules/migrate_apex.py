@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amprewrite.analysis.apex_amp import ApexAmp
-from amprewrite.analysis.facts import Statement
+from amprewrite.analysis.apex_amp import ApexAmp, initialized
+from amprewrite.analysis.facts import Statement, body
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
@@ -69,19 +69,24 @@ _PROPERTIES = ("keep_batchnorm_fp32", "master_weights", "loss_scale")
 
 def remove_apex(ctx: RuleContext, apex: ApexAmp) -> Options:
     """Plan the removal of apex.amp; return the options the native rewrite must use."""
-    for statement in _emptied(apex, ctx):
+    emptied = _emptied(apex, ctx)
+    for statement in emptied:
         ctx.plan.replaces.append(Replace(statement, remove))
+        _keep_lines_above(statement, emptied, ctx)
     options = ctx.options
     for statement, call in apex.initialize:
-        ctx.plan.replaces.append(Replace(statement, _without_initialize(statement, call)))
+        if not _initialize_goes(statement, call):
+            ctx.plan.replaces.append(Replace(call, _initialize_result(statement, call)))
         options = _options_from(call, _flag_of(statement, ctx), ctx)
         ctx.notes.append(Note(APEX_INITIALIZE_MIGRATED, statement,
-                              "apex `amp.initialize(...)` migrated: a "
+                              f"apex `{ctx.facts.one_line(call.func)}(...)` migrated: a "
                               "native `GradScaler` with the same opt level and properties"))
     for block in apex.scale_loss:
         ctx.plan.replaces.append(Replace(block, _plain_backward))
+        item = block.items[0].item
+        assert isinstance(item, cst.Call)
         ctx.notes.append(Note(APEX_SCALE_LOSS_MIGRATED, block,
-                              "apex `amp.scale_loss(...)` migrated to "
+                              f"apex `{ctx.facts.one_line(item.func)}(...)` migrated to "
                               "`scaler.scale(loss).backward()`"))
     for call in apex.master_params:
         optimizer = dotted(call.args[0].value) if call.args else None
@@ -118,7 +123,7 @@ def _emptied(apex: ApexAmp, ctx: RuleContext) -> list[Statement]:
     keep no bindings; an `if args.amp:` left with nothing else in it goes whole."""
     gone = [*apex.imports, *apex.state_statements]
     gone += [statement for statement, call in apex.initialize
-             if _without_initialize(statement, call)(statement) is cst.RemoveFromParent()]
+             if _initialize_goes(statement, call)]
     taken: list[Statement] = []
     for statement in gone:
         parent = ctx.facts.statements[statement].parent
@@ -131,11 +136,33 @@ def _emptied(apex: ApexAmp, ctx: RuleContext) -> list[Statement]:
     return taken
 
 
+def _keep_lines_above(statement: Statement, emptied: list[Statement], ctx: RuleContext) -> None:
+    """The blank lines and comments above a removed import stay above the next import kept
+    (`import apex` opening the third-party imports: the section keeps its blank line)."""
+    lines = statement.leading_lines
+    if not lines or not _imports(statement):
+        return
+    block, index = ctx.facts.position(statement)
+    following = next((s for s in body(block)[index + 1:] if s not in emptied), None)
+    if following is not None and _imports(following):
+        ctx.plan.replaces.append(Replace(following, lambda node: node.with_changes(
+            leading_lines=[*lines, *node.leading_lines])))
+
+
+def _imports(statement: Statement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body)
+
+
 def _options_from(call: cst.Call, flag: str | None, ctx: RuleContext) -> Options:
     """The opt level and properties `amp.initialize` was given, as `GradScaler` arguments;
     behind a flag, the level is "O0" (FP32) when the flag is not set."""
     keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
     code = ctx.facts.module.code_for_node
+    enabled = keywords.get("enabled")  # `enabled=args.fp16`: apex is off unless it holds
+    if enabled is not None and not (isinstance(enabled, cst.Name) and enabled.value == "True"):
+        switch = _operand(code(enabled))
+        flag = switch if flag is None else f"{_operand(flag)} and {switch}"
     arguments = []
     level_node = keywords.get("opt_level")
     level = "O1"
@@ -158,22 +185,39 @@ def _options_from(call: cst.Call, flag: str | None, ctx: RuleContext) -> Options
     return replace(ctx.options, opt_level=level)
 
 
-def _without_initialize(statement: cst.CSTNode, call: cst.Call):  # type: ignore[no-untyped-def]
-    """`model, optimizer = amp.initialize(model, optimizer, ...)` goes; `m, o =
-    amp.initialize(net, opt)` keeps its bindings as `m, o = net, opt`."""
-    positional = [a.value for a in call.args if a.keyword is None][:2]
+def _operand(test: str) -> str:
+    """`test` as an operand of `and`: a dotted name as it is, anything else parenthesized."""
+    return test if all(part.isidentifier() for part in test.split(".")) else f"({test})"
+
+
+def _initialize_goes(statement: Statement, call: cst.Call) -> bool:
+    """The statement holds the call alone, its result dropped or bound back to what it was
+    given (`model, optimizer = amp.initialize(model, optimizers=optimizer)`)."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return False
+    small = statement.body[0]
+    if isinstance(small, cst.Expr):
+        return small.value is call
+    if not (isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1):
+        return False
+    target = small.targets[0].target
+    targets = [e.value for e in target.elements] if isinstance(
+        target, cst.Tuple | cst.List) else [target]
+    return [dotted(t) for t in targets] == [dotted(g) for g in initialized(call)]
+
+
+def _initialize_result(statement: Statement, call: cst.Call):  # type: ignore[no-untyped-def]
+    """`amp.initialize(net, opt, ...)` -> `net, opt`, what it returned (`m = amp.initialize(
+    net)`: `net` alone); parenthesized unless it is an assignment's whole value."""
+    given = initialized(call)
+    bare = isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Assign) and small.value is call for small in statement.body)
 
     def build(node: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(node, cst.SimpleStatementLine)
-        assign = node.body[0]
-        if isinstance(assign, cst.Assign):
-            targets = [e.value for t in assign.targets
-                       for e in (t.target.elements if isinstance(t.target, cst.Tuple) else [])]
-            if [dotted(t) for t in targets] == [dotted(p) for p in positional]:
-                return cst.RemoveFromParent()  # type: ignore[return-value]
-            value = cst.Tuple([cst.Element(p) for p in positional], lpar=[], rpar=[])
-            return node.with_changes(body=[assign.with_changes(value=value)])
-        return cst.RemoveFromParent()  # type: ignore[return-value]
+        if len(given) == 1:
+            return given[0]
+        value = cst.Tuple([cst.Element(g) for g in given])
+        return value.with_changes(lpar=[], rpar=[]) if bare else value
 
     return build
 

@@ -37,15 +37,17 @@ def migrate_cuda_amp(ctx: RuleContext, deprecated: DeprecatedAmp) -> None:
     for use in deprecated.uses:
         ctx.plan.replaces.append(Replace(use.node, _migrated(use)))
         old = f"torch.{use.device}.amp.{use.name}"
+        device = f"`{use.device_code}`" if use.device_code else f'"{use.device}"'
         ctx.notes.append(Note(CUDA_AMP_MIGRATED, use.node,
                               f"`{old}` (deprecated since torch 2.4) migrated to "
-                              f"`torch.amp.{use.name}` with device type \"{use.device}\""))
+                              f"`torch.amp.{use.name}` with device type {device}"))
     for statement in deprecated.imports:
         ctx.plan.replaces.append(Replace(statement, _import_from_torch_amp))
 
 
 def _migrated(use: DeprecatedUse):  # type: ignore[no-untyped-def]
-    device = cst.SimpleString(f'"{use.device}"')
+    device = (cst.parse_expression(use.device_code) if use.device_code
+              else cst.SimpleString(f'"{use.device}"'))
 
     def build(node: cst.CSTNode) -> cst.CSTNode:
         if isinstance(node, cst.Decorator):  # bare `@torch.cuda.amp.custom_fwd`
@@ -53,8 +55,10 @@ def _migrated(use: DeprecatedUse):  # type: ignore[no-untyped-def]
             call = cst.Call(func=func, args=[keyword("device_type", device)])
             return node.with_changes(decorator=call)
         assert isinstance(node, cst.Call)
-        func = _to_torch_amp(node.func)
         args = list(node.args)
+        if use.partial:  # `partial(torch.cuda.amp.autocast, ...)`: its first argument
+            target = args.pop(0)
+            target = target.with_changes(value=_to_torch_amp(target.value))
         if use.name == "autocast":
             args = [keyword(_AUTOCAST_POSITIONALS[i], a.value) if a.keyword is None and not a.star
                     and i < len(_AUTOCAST_POSITIONALS) else a for i, a in enumerate(args)]
@@ -63,7 +67,9 @@ def _migrated(use: DeprecatedUse):  # type: ignore[no-untyped-def]
             args = [cst.Arg(device), *_commas(args)]
         else:  # custom_fwd(cast_inputs=...) / custom_bwd(...)
             args = [keyword("device_type", device), *_commas(args)]
-        return node.with_changes(func=func, args=_commas(args))
+        if use.partial:
+            return node.with_changes(args=_commas([target, *args]))
+        return node.with_changes(func=_to_torch_amp(node.func), args=_commas(args))
 
     return build
 

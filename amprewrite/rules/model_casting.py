@@ -156,7 +156,12 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     if ctx.scaler_expr is None:
         return
     if ctx.scaler_home is not None:  # else the scaler comes from another module, cast there
-        builds = analysis.optimizer_builds if ctx.options.casts_model else []
+        # at O1 too where the scaler's arguments are deferred to it (`opt_level="O0" if
+        # args.fp16 else "O1"`, named where the optimizer is built, not where the scaler is)
+        casts = ctx.options.casts_model or bool(ctx.initialize_arguments)
+        builds = analysis.optimizer_builds if casts else []
+        if not ctx.options.casts_model:  # only the arguments: the builds that name a model
+            builds = [build for build in builds if build.models] or builds
         if ctx.options.uses_master_weights:
             builds = _without_gradient_readers(ctx, builds, analysis)
         initialize_models(ctx, builds, analysis.kinds, ctx.scaler_home)

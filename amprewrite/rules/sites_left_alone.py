@@ -6,7 +6,7 @@ from __future__ import annotations
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.apex_amp import APEX_IMPORT_UNUSED
 from amprewrite.analysis.ema_buffers import BUFFER_PRODUCT
-from amprewrite.analysis.existing_amp import EVALUATION_ONLY_AUTOCAST
+from amprewrite.analysis.existing_amp import EVALUATION_ONLY_AUTOCAST, OPTIONAL_APEX_KEPT
 from amprewrite.analysis.fp32_forwards import FORWARD_LEFT_FP32
 from amprewrite.analysis.gram_matrices import GRAM_MATRIX
 from amprewrite.analysis.hazards import AUTOGRAD_GRAD, MANUAL_CAST
@@ -164,8 +164,8 @@ for batch in loader:
 
 RULE = rule(
     "sites-left-alone",
-    (*TRAINING_SITES, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST, APEX_IMPORT_UNUSED,
-     GRAM_MATRIX, FORWARD_LEFT_FP32, BUFFER_PRODUCT, FORWARD_WITHOUT_NO_GRAD,
+    (*TRAINING_SITES, MANUAL_CAST, AUTOGRAD_GRAD, EVALUATION_ONLY_AUTOCAST, OPTIONAL_APEX_KEPT,
+     APEX_IMPORT_UNUSED, GRAM_MATRIX, FORWARD_LEFT_FP32, BUFFER_PRODUCT, FORWARD_WITHOUT_NO_GRAD,
      FORWARD_RUNS_ELSEWHERE),
     _plan,
     examples=_SITES_LEFT_ALONE_EXAMPLES,

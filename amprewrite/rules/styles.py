@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import FreshNames
@@ -93,6 +93,14 @@ def _scaler_arguments(
     if needs.sharded:
         arguments.append("sharded=True")
     return arguments
+
+
+def off_when(test: str, options: Options, needs: Needs) -> tuple[str, ...]:
+    """The scaler's arguments with its opt level O0 where `test` holds (`"O0" if args.fp16
+    else "O1"`): the script's own apex path runs there, as it was."""
+    arguments = _scaler_arguments(options, replace(needs, sharded=False), None)
+    level = arguments.pop(0) if arguments and arguments[0].startswith('"O') else '"O1"'
+    return (f'"O0" if {test} else {level}', *arguments)
 
 
 def defer_to_initialize(scaler: str, carried: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
