@@ -229,12 +229,23 @@ class Builder:
             return ir.NONE
         if isinstance(node, ast.IfExp):
             return ir.Choice(self.test(node.test), self.value(node.body), self.value(node.orelse))
-        if isinstance(node, ast.Call) and last_name(
-                self.program.imports.resolve(node.func)) in SCALER_CLASSES:
-            return _new_scaler(node)
+        qualified = self.program.imports.resolve(node.func) if isinstance(node, ast.Call) else None
+        if isinstance(node, ast.Call) and last_name(qualified) in SCALER_CLASSES:
+            level = _opt_level(node) if qualified == "amprewrite_runtime.GradScaler" else None
+            return _new_scaler(node) if level is None else self._by_level(level)
         key = key_of(node)
         if key is not None and key in self.program.scalers:
             return ir.Copy(key)
+        return ir.UNKNOWN
+
+    def _by_level(self, level: ast.expr) -> ir.Value:
+        """The runtime's scaler at an opt level: off at "O0" (`GradScaler("O0" if args.fp16
+        else "O1")`), on at a level it cannot read (`GradScaler(args.opt_level)`)."""
+        if isinstance(level, ast.IfExp):
+            return ir.Choice(self.test(level.test), self._by_level(level.body),
+                             self._by_level(level.orelse))
+        if isinstance(level, ast.Constant):
+            return ir.NewScaler(level.value != "O0")
         return ir.UNKNOWN
 
     def test(self, node: ast.expr) -> ir.Test:
@@ -358,8 +369,9 @@ class Builder:
             receiver = self.key(func.value)
             method = func.attr
             if method == "backward":
-                if receiver is not None and FRAMEWORK_RECEIVERS.search(receiver):
-                    return None
+                if receiver is not None and (FRAMEWORK_RECEIVERS.search(receiver)
+                                             or self.program.is_optimizer(receiver)):
+                    return None  # a framework's or an optimizer's own (apex's FP16_Optimizer)
                 return ir.Backward(self._scaled_by(func.value), call, self.reach(func.value))
             if receiver is not None and receiver in self.program.scalers:
                 if method not in SCALER_METHODS:
@@ -668,6 +680,13 @@ def _runs_as_main(node: ast.expr) -> bool:
             and node.left.id == "__name__" and len(node.ops) == 1
             and isinstance(node.ops[0], ast.Eq) and isinstance(node.comparators[0], ast.Constant)
             and node.comparators[0].value == "__main__")
+
+
+def _opt_level(call: ast.Call) -> ast.expr | None:
+    """The opt level the runtime's `GradScaler(...)` is created at, if given."""
+    if call.args and not isinstance(call.args[0], ast.Starred):
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg == "opt_level"), None)
 
 
 def _new_scaler(call: ast.Call) -> ir.NewScaler:
