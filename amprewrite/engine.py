@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -22,6 +22,7 @@ from amprewrite.findings import (
     NOTHING_TO_DO,
     Finding,
 )
+from amprewrite.line_map import line_map
 from amprewrite.options import Options, validate
 from amprewrite.recipes import choose
 from amprewrite.rules.context import RuleContext
@@ -141,30 +142,13 @@ def _then_rewrite(
     second = _run(migrated, text, ctx.next_options or options, ctx.scaler_arguments)
     if second.source == text != source:  # the second phase compiled what it changed itself
         _check_compiles(text)
-    to_original = _line_map(text, source)
+    to_original = line_map(text, source)
     findings = [*_findings(layout, ctx.notes), *ctx.file_findings] + [
         Finding(f.code, to_original(f.line), f.col, f.message)
         for f in second.findings if f.code not in (NOTHING_TO_DO, ALREADY_MIXED_PRECISION)
     ]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     return RewriteResult(second.source, findings, second.source != source)
-
-
-def _line_map(new: bytes, old: bytes) -> Callable[[int], int]:
-    """Map a 1-based line of `new` to the line of `old` it comes from (or sits at)."""
-    import difflib  # imported here: only migrations need it
-
-    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
-    blocks = matcher.get_opcodes()
-
-    def to_old(line: int) -> int:
-        index = line - 1
-        for tag, i1, _i2, j1, j2 in blocks:
-            if j1 <= index < j2:
-                return (i1 + index - j1 if tag == "equal" else i1) + 1
-        return line
-
-    return to_old
 
 
 def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:

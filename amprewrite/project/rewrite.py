@@ -18,7 +18,7 @@ from pathlib import Path
 from amprewrite import engine
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.budget import OverBudget, over_time, time_budget
-from amprewrite.catalog import ERROR, declare
+from amprewrite.catalog import ERROR, SKIP, declare
 from amprewrite.fileio import Staged, stage, write_atomically
 from amprewrite.findings import Finding
 from amprewrite.options import Options
@@ -27,6 +27,7 @@ from amprewrite.project.layout import project_root
 from amprewrite.project.links import LinkedModule, link_group
 from amprewrite.project.program import Program, load_program, shown_path
 from amprewrite.recipes import choose
+from amprewrite.rules.revert_to_fp32 import REVERT_WOULD_BREAK
 from amprewrite.runner import FileOutcome, Status, rewrite_failure, write_failure
 
 NEEDS_UNNAMED_FILE = declare(
@@ -50,6 +51,20 @@ LINKED_FILE_FAILED = declare(
     example=(
         "$ amprewrite project   # engine.py has a syntax error\n"
         "# main.py:1:1: AMP451 not rewritten: a linked file cannot be rewritten"
+    ),
+)
+
+LINKED_REVERT_REFUSED = declare(
+    "AMP428", SKIP, "not reverted at O0: a linked file keeps its mixed precision",
+    "O0 takes the mixed precision of one training step out of all the files it spans, or of "
+    "none: the file named in the message cannot lose its own without breaking (its AMP425 "
+    "finding says why), so this one keeps its mixed precision too.",
+    why="`--opt-level O0` on a project where another file of the same training step keeps its "
+        "mixed precision (AMP425).",
+    example=(
+        "$ amprewrite --opt-level O0 .   # main.py passes its scaler to engine.train()\n"
+        "# engine.py:1:1: AMP428 not reverted: main.py, which shares this file's training "
+        "step, keeps its mixed precision (AMP425)"
     ),
 )
 
@@ -145,7 +160,17 @@ def _revert_group(
     unnamed = [m.shown for m in modules if m.path not in named and m.analysis.amp_usage]
     if unnamed:
         return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
-    return _carry_out(program, [m.path for m in modules], modules, named, options)
+    outcomes = _carry_out(program, [m.path for m in modules], modules, named, options)
+    kept = next((outcome.path for outcome in outcomes if any(
+        f.code == REVERT_WOULD_BREAK for f in outcome.findings)), None)
+    if kept is None:
+        return outcomes
+    return [outcome if outcome.path == kept or outcome.status is not Status.CHANGED else
+            FileOutcome(outcome.path, Status.UNCHANGED, [Finding(
+                LINKED_REVERT_REFUSED, 1, 1, f"not reverted: {kept}, which shares this file's "
+                f"training step, keeps its mixed precision ({REVERT_WOULD_BREAK})")],
+                outcome.before, outcome.before)
+            for outcome in outcomes]
 
 
 def _carry_out(
