@@ -50,15 +50,38 @@ def problems(tree: ast.Module, text: str) -> list[Problem]:
     return sorted(found, key=lambda p: (p.line, p.col))
 
 
-def new_problems(before: str, after: str, scalers: Collection[str]) -> list[Problem]:
+def new_problems(before: str, after: str, scalers: Collection[str], whole: bool = False
+                 ) -> list[Problem]:
     """What `after` (a revert of `before`) breaks that `before` did not: the problems above
-    that `before` lacks (by kind and message), and every use of a key in `scalers` left."""
+    that `before` lacks (by kind and message), and every use of a key in `scalers` left;
+    `whole`: the revert takes out all mixed precision, so an autocast or a scaler created
+    that is left is one too."""
     old_tree, new_tree = ast.parse(before), ast.parse(after)
     old = {(p.kind, p.message) for p in problems(old_tree, before)}
     found = [p for p in problems(new_tree, after) if (p.kind, p.message) not in old]
     found += scaler_uses(new_tree, scalers) + scaled_backwards(new_tree)
     found += lost_returns(old_tree, new_tree)
+    if whole:
+        found += amp_left(new_tree)
     return sorted(found, key=lambda p: (p.line, p.col))
+
+
+_AMP_CALLS = ("autocast", "GradScaler", "ShardedGradScaler")
+
+
+def amp_left(tree: ast.Module) -> list[Problem]:
+    """Autocasts (not `enabled=False` guards) and scalers still called for."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = (dotted(node.func) or "").rsplit(".", 1)[-1]
+        off = any(k.arg == "enabled" and isinstance(k.value, ast.Constant)
+                  and k.value.value is False for k in node.keywords)
+        if name in _AMP_CALLS and not off:
+            found.append(Problem(node.lineno, node.col_offset + 1,
+                                 f"`{dotted(node.func)}(...)` is still called", "amp"))
+    return found
 
 
 def scaler_uses(tree: ast.Module, scalers: Collection[str]) -> list[Problem]:

@@ -203,7 +203,8 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     if not usage.rewritten:
         _drop_unused_amp_imports(ctx, ast.parse(reverted))
         reverted = _trial(ctx, start)
-    problem = next(iter(new_problems(ctx.facts.code, reverted, usage.scalers)), None)
+    problem = next(iter(new_problems(ctx.facts.code, reverted, usage.scalers,
+                                     whole=not usage.rewritten)), None)
     if problem is not None:
         del ctx.plan.replaces[start:]
         whose = "amprewrite's" if usage.rewritten else "the script's own"
