@@ -124,7 +124,7 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
     guards = _guards_kept(facts)
     for statement in facts.statements:
         if isinstance(statement, cst.SimpleStatementLine) and _is_amp_import(statement):
-            kept = _bound_names(statement) & guards
+            kept = bound_names(statement) & guards
             if kept:
                 usage.narrowed.append((statement, frozenset(kept)))
             else:
@@ -179,7 +179,7 @@ def _fsdp_policies(facts: ModuleFacts, usage: AmpUsage) -> None:
         line = _import_line(facts, name)
         if line is None or uses > 1 + list(policies.values()).count(name):
             continue
-        kept = _bound_names(line) - {name}
+        kept = bound_names(line) - {name}
         if kept:
             usage.narrowed.append((line, frozenset(kept)))
         else:
@@ -191,7 +191,7 @@ def _import_line(facts: ModuleFacts, name: str) -> cst.SimpleStatementLine | Non
     for statement in facts.module.body:
         if (isinstance(statement, cst.SimpleStatementLine)
                 and all(isinstance(small, cst.ImportFrom) for small in statement.body)
-                and name in _bound_names(statement)):
+                and name in bound_names(statement)):
             return statement
     return None
 
@@ -328,7 +328,7 @@ def _guards_kept(facts: ModuleFacts) -> set[str]:
             and turns_off(item.item)}
 
 
-def _bound_names(line: cst.SimpleStatementLine) -> set[str]:
+def bound_names(line: cst.SimpleStatementLine) -> set[str]:
     """The names an import line binds."""
     return {dotted(alias.asname.name if alias.asname else alias.name) or ""
             for small in line.body if isinstance(small, cst.ImportFrom | cst.Import)

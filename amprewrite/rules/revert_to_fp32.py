@@ -1,28 +1,37 @@
-"""O0 on a script amprewrite rewrote: take the mixed precision out again (plain FP32).
+"""O0 on a script that trains in mixed precision: take it out again (plain FP32).
 
+On a script amprewrite rewrote, what amprewrite wrote goes (the author's own autocasts stay).
 The loss variable a rewrite hoisted out of `.backward()` and the `.float()` added around an
-unsafe loss stay: both are correct FP32 code.
+unsafe loss stay: both are correct FP32 code. On mixed precision the author wrote, all of it
+goes, or none: the revert is tried on the module's text, and refused where it would leave the
+script broken (`consistency.py`), or where the mixed precision runs in a test.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from amprewrite.analysis.amp_usage import AmpUsage
-from amprewrite.analysis.facts import ModuleFacts
-from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.findings import ALREADY_MIXED_PRECISION, Finding
 from amprewrite.line_map import line_map
 from amprewrite.options import Options
+from amprewrite.rules.authors_amp import drop_unused_amp_imports, test_running_amp
 from amprewrite.rules.consistency import new_problems
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.edits import as_receiver, remove, unwrap, without, without_parameter
+from amprewrite.rules.edits import (
+    as_receiver,
+    importing_only,
+    remove,
+    unwrap,
+    without,
+    without_parameter,
+)
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Plan, Replace, apply_edits
 
@@ -91,7 +100,7 @@ def revert_to_fp32(ctx: RuleContext, usage: AmpUsage) -> None:
     for line, removed in _parts_by_line(usage).items():
         ctx.plan.replaces.append(Replace(line, _without_parts(line, removed)))
     for line, names in usage.narrowed:
-        ctx.plan.replaces.append(Replace(line, _importing_only(names)))
+        ctx.plan.replaces.append(Replace(line, importing_only(names)))
     for block in usage.unwrap:
         ctx.plan.replaces.append(Replace(block, unwrap))
     for call in usage.calls:
@@ -148,25 +157,6 @@ def _without_parts(
     return build
 
 
-def _importing_only(names: frozenset[str]) -> Callable[[cst.CSTNode], cst.CSTNode]:
-    """`from amprewrite_runtime import GradScaler, autocast` -> `... import autocast`."""
-
-    def build(node: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(node, cst.SimpleStatementLine)
-        body = []
-        for small in node.body:
-            assert isinstance(small, cst.ImportFrom) and isinstance(small.names, Sequence)
-            aliases = [a for a in small.names
-                       if (a.evaluated_alias or a.evaluated_name) in names]
-            if aliases:
-                aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                body.append(small.with_changes(names=aliases))
-        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-        return node.with_changes(body=body)
-
-    return build
-
-
 def _plain_call(node: cst.CSTNode) -> cst.CSTNode:
     """`scaler.step(opt)` -> `opt.step()`; `scaler.scale(x).backward()` -> `x.backward()`."""
     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
@@ -191,7 +181,7 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
             ALREADY_MIXED_PRECISION, 1, 1, f"file uses mixed precision (`{analysis.existing_amp}`) "
             "that amprewrite did not write; left unchanged"))
         return
-    test = None if usage.rewritten else _test_running_amp(ctx.facts, usage)
+    test = None if usage.rewritten else test_running_amp(ctx.facts, usage)
     if test is not None:
         ctx.notes.append(Note(TEST_PRECISION_KEPT, test.name,
                               f"`{test.name.value}` is a test: its mixed precision is "
@@ -201,7 +191,7 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     revert_to_fp32(ctx, usage)
     reverted = _trial(ctx, start)
     if not usage.rewritten:
-        _drop_unused_amp_imports(ctx, ast.parse(reverted))
+        drop_unused_amp_imports(ctx, ast.parse(reverted))
         reverted = _trial(ctx, start)
     problem = next(iter(new_problems(ctx.facts.code, reverted, usage.scalers,
                                      whole=not usage.rewritten)), None)
@@ -228,65 +218,6 @@ def _trial(ctx: RuleContext, start: int) -> str:
     """The module's text with the revert's edits (from `start` on) carried out."""
     plan = Plan(replaces=ctx.plan.replaces[start:])
     return apply_edits(ctx.facts.module, plan, ctx.facts.statements_around).code
-
-
-def _test_running_amp(facts: ModuleFacts, usage: AmpUsage) -> cst.FunctionDef | None:
-    """The test (`test_*`, a method of a `Test*` class or a TestCase) that holds an autocast
-    or a scaler the revert would take out."""
-    nodes: list[cst.CSTNode] = [*usage.unwrap, *usage.calls, *usage.statements,
-                                *(line for line, _ in usage.parts)]
-    for node in nodes:
-        statement = node if node in facts.statements else facts.owner.get(id(node))
-        info = facts.statements.get(statement) if statement is not None else None
-        function = info.function if info is not None else None
-        if function is not None and _is_test(function, facts):
-            return function
-    return None
-
-
-def _is_test(function: cst.FunctionDef, facts: ModuleFacts) -> bool:
-    cls = facts.function_class.get(function)
-    if cls is None:
-        return function.name.value.startswith("test")
-    return cls.name.value.startswith("Test") or any(
-        (dotted(base.value) or "").rsplit(".", 1)[-1] == "TestCase" for base in cls.bases)
-
-
-# Modules whose names only mixed precision uses: their imports go with it once unused.
-_AMP_MODULES = ("torch.amp", "torch.cuda.amp", "torch.cpu.amp",
-                "torch.distributed.fsdp.sharded_grad_scaler")
-
-
-def _drop_unused_amp_imports(ctx: RuleContext, reverted: ast.Module) -> None:
-    """The author's imports of autocast and the scaler that nothing uses after the revert
-    (`from torch.cuda.amp import GradScaler, autocast`) go too."""
-    used = {node.id for node in ast.walk(reverted) if isinstance(node, ast.Name)}
-    edited = {id(replace.node) for replace in ctx.plan.replaces}
-    for statement in ctx.facts.statements:
-        if not isinstance(statement, cst.SimpleStatementLine) or id(statement) in edited or not (
-                all(_imports_amp(small) for small in statement.body)):
-            continue
-        kept = {name for name in _bound_names(statement) if name in used}
-        if not kept:
-            ctx.plan.replaces.append(Replace(statement, remove))
-        elif kept != _bound_names(statement):
-            ctx.plan.replaces.append(Replace(statement, _importing_only(frozenset(kept))))
-
-
-def _imports_amp(small: cst.BaseSmallStatement) -> bool:
-    """`from torch.cuda.amp import ...` or `import torch.cuda.amp as amp`."""
-    if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-        return (dotted(small.module) or "") in _AMP_MODULES and not isinstance(
-            small.names, cst.ImportStar)
-    return isinstance(small, cst.Import) and all(
-        alias.asname is not None and (dotted(alias.name) or "") in _AMP_MODULES
-        for alias in small.names)
-
-
-def _bound_names(line: cst.SimpleStatementLine) -> set[str]:
-    return {dotted(alias.asname.name if alias.asname else alias.name) or ""
-            for small in line.body if isinstance(small, cst.ImportFrom | cst.Import)
-            and not isinstance(small.names, cst.ImportStar) for alias in small.names}
 
 
 _REVERT_TO_FP32_EXAMPLES = (
