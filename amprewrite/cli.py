@@ -68,7 +68,9 @@ def _explain(ctx: click.Context, parameter: click.Parameter, value: str | None) 
               help="Seed everything at the entry point and seed shuffled DataLoaders.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --reproducible.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff; write nothing.")
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 if any file would change or holds an AMP mistake "
+                   "(a lint finding).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when files were rewritten.")
 @click.option("--stdin-filename", default=STDIN, metavar="NAME",
               help="Name shown for `-` in findings and diffs.")
@@ -136,8 +138,9 @@ def main(
     notebook, cells counted from 1, markdown cells included).
 
     Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
-    0 with --exit-zero), 2 usage error, 123 a file could not be read, parsed or written (or
-    an internal error), 130 interrupted (Ctrl-C), 141 standard output closed early (`| head`).
+    with --check also an AMP mistake, a lint finding; 0 with --exit-zero), 2 usage error,
+    123 a file could not be read, parsed or written (or an internal error), 130 interrupted
+    (Ctrl-C), 141 standard output closed early (`| head`).
 
     `amprewrite compare -- python train.py` runs a rewritten script as FP32 and with AMP and
     compares losses and speed (see `amprewrite compare --help`; a file named `compare` is
@@ -179,7 +182,7 @@ def main(
             if verbosity is not Verbosity.QUIET:
                 _print_hints(ctx, outcomes)
                 click.echo(text, err=True)
-        sys.exit(exit_code(outcomes, exit_zero))
+        sys.exit(exit_code(outcomes, exit_zero, check))
 
 
 @contextlib.contextmanager

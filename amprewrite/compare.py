@@ -120,8 +120,13 @@ def run_traced(command: Sequence[str], label: str, env: dict[str, str], steps: i
     if not records:
         raise CompareError(
             f"the {label} run of `{_shell(command)}` exited normally but wrote no trace: it "
-            "never stepped an optimizer through amprewrite_runtime's GradScaler. Is it a script "
-            "rewritten by amprewrite (not with --plain, which uses torch.amp only)?")
+            "never stepped an optimizer through amprewrite_runtime's GradScaler, nor built a "
+            "framework (Accelerate, Lightning, the Hugging Face Trainer) through the switch "
+            "amprewrite writes (`accelerate_mixed_precision()`, `lightning_precision()`, "
+            "`mixed_precision_flag(...)`). Is it a script rewritten by amprewrite (not with "
+            "--plain, which uses torch.amp only)? A framework switch an earlier amprewrite "
+            "wrote (`prefers_bfloat16()`) is not traced: run `amprewrite --opt-level O0`, then "
+            "`amprewrite` on the file, and compare again.")
     return Run(label, records)
 
 
@@ -242,6 +247,12 @@ def report(fp32: Run, amp: Run) -> str:
                   f"  max rel    {found.max_rel:.2%} (step {found.max_rel_step})",
                   f"  final rel  {found.final_rel:.2%}"]
     lines.append(f"loss scale history ({amp.label}): {_scale_history(amp)}")
+    if amp.setting("opt_level") == "O0":
+        lines.append(f"the {amp.label} run trained in FP32 too (opt level O0): the script's "
+                     "own setting chose it, or a framework's launcher or config "
+                     "(ACCELERATE_MIXED_PRECISION from `accelerate launch --mixed_precision` or "
+                     "Accelerate's config, LT_PRECISION from `fabric run --precision`), which "
+                     "wins over the switch amprewrite wrote")
     speedup = _ratio(fp32.median_time, amp.median_time)
     lines.append(f"speedup (FP32 median / AMP median step time): {speedup:.2f}x")
     lines += device_notes(amp, speedup)

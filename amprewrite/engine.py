@@ -22,6 +22,7 @@ from amprewrite.findings import (
     NOTHING_TO_DO,
     Finding,
 )
+from amprewrite.line_map import line_map
 from amprewrite.options import Options, validate
 from amprewrite.recipes import choose
 from amprewrite.rules.context import RuleContext

@@ -34,15 +34,16 @@ class Verbosity(enum.IntEnum):
     VERBOSE = 1  # every finding, and each file's status
 
 
-def exit_code(outcomes: Iterable[FileOutcome], exit_zero: bool) -> int:
-    """123 when any file failed, else 1 when any changed or holds an AMP mistake (0 with
-    `exit_zero`), else 0."""
+def exit_code(outcomes: Iterable[FileOutcome], exit_zero: bool, check: bool) -> int:
+    """123 when any file failed; else 1 when any file was rewritten (or would be, with
+    --check/--diff), or, with `check`, holds an AMP mistake (a LINT finding; 0 with
+    `exit_zero` either way); else 0."""
     outcomes = list(outcomes)
     statuses = {outcome.status for outcome in outcomes}
     if Status.FAILED in statuses:
         return EXIT_FAILED
-    mistakes = any(f.severity is Severity.LINT
-                   for outcome in outcomes for f in outcome.findings)
+    mistakes = check and any(f.severity is Severity.LINT
+                             for outcome in outcomes for f in outcome.findings)
     if (Status.CHANGED in statuses or mistakes) and not exit_zero:
         return EXIT_CHANGED
     return EXIT_NOTHING_TO_CHANGE

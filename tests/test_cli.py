@@ -43,6 +43,7 @@ CHANGES = b"x = 1\nold()\ny = 2\n"  # rewritten: old() -> new(), one CHANGE find
 CLEAN = b"x = 1\n"  # nothing to do, no finding
 NOTED = b"# NOTE\nx = 1\n"  # nothing to do, a NOTE finding (like AMP002)
 SKIPPED = b"# SKIP\nx = 1\n"  # nothing to do, a SKIP finding
+LINTED = b"# LINT\nx = 1\n"  # nothing to do, an AMP mistake left (a LINT finding, like AMP604)
 BROKEN = b"# SYNTAX\nx = (\n"  # RewriteError(AMP003)
 CRASHES = b"# CRASH\n"  # an unexpected exception inside the engine
 UNPARSABLE_OUTPUT = b"# EMIT BROKEN\n"  # the engine returns code that does not parse
@@ -65,6 +66,8 @@ def fake_rewrite(source: bytes, options: Options) -> RewriteResult:
         findings.append(Finding("AMP002", 1, 1, "file already uses mixed precision"))
     if b"SKIP" in source:
         findings.append(Finding("AMP201", 2, 1, "backward without an optimizer step"))
+    if b"LINT" in source:
+        findings.append(Finding("AMP604", 2, 1, "backward runs inside an autocast region"))
     if b"old()" in source:
         findings.append(Finding("AMP102", 2, 1, "old() replaced"))
         findings.append(Finding("AMP101", 1, 1, "first line wrapped"))
@@ -127,6 +130,11 @@ def plain(tmp_path: Path) -> Path:
         ([CHANGES], ["--diff", "--check"], 1),
         ([CHANGES], ["--check", "--exit-zero"], 0),
         ([CLEAN], ["--check"], 0),
+        ([LINTED], [], 0),  # nothing was rewritten: a mistake left fails --check only
+        ([LINTED], ["--diff"], 0),
+        ([LINTED], ["--check"], 1),
+        ([LINTED, CLEAN], ["--diff", "--check"], 1),
+        ([LINTED], ["--check", "--exit-zero"], 0),
         ([BROKEN], [], 123),
         ([BROKEN, CHANGES], [], 123),
         ([CHANGES, BROKEN], ["--exit-zero"], 123),

@@ -214,6 +214,22 @@ def test_the_trace_records_the_device_and_its_fast_dtypes(
                                          "fast_dtypes": ["float16"]}
 
 
+@pytest.mark.slow
+def test_compares_a_framework_rewrite() -> None:
+    """An Accelerate script the tool rewrote (`Accelerator(mixed_precision=
+    accelerate_mixed_precision())`): the FP32 run is FP32 (AMPREWRITE_OPT_LEVEL=O0 turns the
+    switch off) and both runs are traced through the framework's own optimizer steps."""
+    pytest.importorskip("accelerate")
+    script = FIXTURES_DIR / "framework_accelerate_script" / "expected_O1.py"
+    result = _compare("--steps", "3", "--", sys.executable, str(script))
+    assert result.exit_code == 0, result.output
+    assert _row(result.stdout, "opt level") == ["O0", "O1"]
+    assert _row(result.stdout, "dtype") == ["float32", "bfloat16"]
+    assert _row(result.stdout, "steps") == ["3", "3"]
+    fp32_loss, amp_loss = map(float, _row(result.stdout, "final loss"))
+    assert amp_loss == pytest.approx(fp32_loss, rel=0.05)
+
+
 def test_the_amprewrite_command_dispatches_compare(tmp_path: Path) -> None:
     import subprocess
 

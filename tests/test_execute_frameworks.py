@@ -76,13 +76,19 @@ def _close(low: list[float], fp32: list[float], tolerance: float) -> None:
 
 
 def test_accelerate_trains_in_bfloat16_on_the_cpu() -> None:
+    """And the choice of `accelerate launch --mixed_precision` (or of Accelerate's config:
+    both set ACCELERATE_MIXED_PRECISION) and AMPREWRITE_OPT_LEVEL=O0 win over the rewrite's."""
     _require("accelerate")
-    fp32, bf16, fp16 = _runs("framework_accelerate_script", None, FLOAT16_ENV)
+    fp32, bf16, fp16, launched, o0 = _runs(
+        "framework_accelerate_script", None, FLOAT16_ENV, {"ACCELERATE_MIXED_PRECISION": "no"},
+        {"AMPREWRITE_OPT_LEVEL": "O0"})
     assert set(fp32.train_dtypes) == {FLOAT32}
     assert set(bf16.train_dtypes) == {BFLOAT16}, bf16.train_dtypes[:4]
     _close(bf16.losses, fp32.losses, 0.1)
     # fp16 on a CPU: Accelerate leaves it off, and the script still trains
     assert set(fp16.train_dtypes) == {FLOAT32} and fp16.losses == fp32.losses
+    for run in (launched, o0):
+        assert set(run.train_dtypes) == {FLOAT32} and run.losses == fp32.losses
 
 
 def test_lightning_trains_in_bfloat16_on_the_cpu() -> None:

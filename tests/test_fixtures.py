@@ -6,7 +6,10 @@ import libcst as cst
 import pytest
 
 from amprewrite.analysis import analyse
+from amprewrite.catalog import Severity
 from amprewrite.engine import rewrite_source
+from amprewrite.report import exit_code
+from amprewrite.runner import FileOutcome, Status, process_source
 from tests.fixture_cases import STYLES, Case, cases
 
 CASES = cases()
@@ -41,12 +44,45 @@ def test_output_matches_expected(case: Case, request: pytest.FixtureRequest) -> 
     assert findings == case.findings.read_text()
 
 
+_SECOND_RUNS: dict[tuple[str, str], FileOutcome] = {}
+
+
+def _second_run(case: Case) -> FileOutcome:
+    """`amprewrite --check` on the case's output, as the runner does it."""
+    key = (case.name, case.style)
+    if key not in _SECOND_RUNS:
+        once, _ = _rewrite(case)
+        _SECOND_RUNS[key] = process_source("output.py", once, case.options, explicit=True)
+    return _SECOND_RUNS[key]
+
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_second_run_changes_nothing(case: Case) -> None:
     once, _ = _rewrite(case)
-    twice = rewrite_source(once, case.options)
-    assert not twice.changed
-    assert twice.source == once
+    twice = _second_run(case)
+    assert twice.status is Status.UNCHANGED
+    assert twice.after == once
+
+
+# Inputs holding an AMP mistake that no rewrite fixes: `--check` on their output keeps failing
+# on it, as it should (the finding says what to do by hand).
+MISTAKES_LEFT = {
+    "lint_existing_amp": {"AMP604"},  # a backward inside autocast
+    "lint_bce_inside_autocast": {"AMP607"},  # an unsafe loss inside autocast
+    "lint_float16_without_scaler": {"AMP610"},  # float16 autocast without a grad scaler
+    "lint_half_cast_with_scaler": {"AMP608"},  # `.half()` by hand next to a grad scaler
+    "lint_scaler_wrapper_class": {"AMP605"},  # the scaler cannot be named at that checkpoint
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_check_passes_on_the_output(case: Case) -> None:
+    """`amprewrite FILE; amprewrite --check FILE` exits 0: the tool's output (a migration's
+    `torch.amp` code too) holds no AMP mistake by its own lint."""
+    outcome = _second_run(case)
+    mistakes = {f.code for f in outcome.findings if f.severity is Severity.LINT}
+    assert mistakes == MISTAKES_LEFT.get(case.name, set())
+    assert exit_code([outcome], exit_zero=False, check=True) == (1 if mistakes else 0)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

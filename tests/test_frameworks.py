@@ -3,6 +3,7 @@ shapes beside the fixture pairs (`fixtures/framework_*`, `fixtures/rule_fsdp*`).
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -68,19 +69,22 @@ args = TrainingArguments(output_dir="out", use_cpu=True)
 '''
     for dtype in (None, "float16", "bfloat16"):
         output, _ = _rewrite(source, dtype=dtype)
-        assert 'TrainingArguments(output_dir="out", use_cpu=True, bf16=True)' in output
+        assert '    use_cpu=True,\n    bf16=mixed_precision_flag("bf16", "bfloat16"),\n' in output
+        plain, _ = _rewrite(source, dtype=dtype, plain=True)
+        assert 'TrainingArguments(output_dir="out", use_cpu=True, bf16=True)' in plain
 
 
 def test_a_run_time_choice_name_taken_by_the_script_is_imported_under_another() -> None:
     source = '''\
 from accelerate import Accelerator
 
-prefers_bfloat16 = False
+accelerate_mixed_precision = False
 accelerator = Accelerator()
 '''
     output, _ = _rewrite(source)
-    assert "from amprewrite_runtime import prefers_bfloat16 as amp_prefers_bfloat16" in output
-    assert 'mixed_precision="bf16" if amp_prefers_bfloat16() else "fp16"' in output
+    assert ("from amprewrite_runtime import accelerate_mixed_precision as "
+            "amp_accelerate_mixed_precision") in output
+    assert "mixed_precision=amp_accelerate_mixed_precision()" in output
 
 
 def test_deepspeed_config_from_a_parameter_is_reported() -> None:
@@ -231,7 +235,7 @@ def main(args, model):
 '''
     output, findings = _rewrite(source, dtype="bfloat16")
     assert '''        "zero_optimization": {"stage": args.stage},
-        "bf16": {"enabled": True},
+        "bf16": {"enabled": mixed_precision_flag("bf16", "bfloat16")},
     }''' in output
     assert "AMP420 the DeepSpeed config owns precision" in findings
 
@@ -252,7 +256,7 @@ def training_arguments():
     return TrainingArguments(output_dir=os.path.join(OUTPUT, "run"))
 '''
     output, _ = _rewrite(source)
-    assert ("import os\n\nimport torch\nfrom amprewrite_runtime import prefers_bfloat16\n"
+    assert ("import os\n\nimport torch\nfrom amprewrite_runtime import mixed_precision_flag\n"
             "from transformers import TrainingArguments\n\nfrom mypkg") in output
     script = tmp_path / "args.py"
     script.write_text(output)
@@ -260,3 +264,31 @@ def training_arguments():
                            "--config=lint.isort.known-first-party = ['mypkg']", str(script)],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.parametrize(("source", "dtype", "written"), [
+    ("import lightning as L\nimport torch\n\nfabric = L.Fabric(accelerator=\"cpu\")\n", None,
+     'precision=os.environ.get("LT_PRECISION", "bf16-mixed" if use_bf16 else "16-mixed")'),
+    ("from accelerate import Accelerator\n\naccelerator = Accelerator()\n", "float16",
+     'mixed_precision=os.environ.get("ACCELERATE_MIXED_PRECISION", "fp16")'),
+])
+def test_the_plain_style_leaves_the_launchers_variable_the_last_word(
+    source: str, dtype: str | None, written: str
+) -> None:
+    """`fabric run --precision` and `accelerate launch --mixed_precision` set a variable the
+    framework reads only when the script passes no value: the plain style reads it first, and
+    O0 takes it out again with the `import os` it added."""
+    output, _ = _rewrite(source, plain=True, dtype=dtype)
+    assert "".join(written.split()) in "".join(output.split())
+    assert output.startswith("import os\n\n")  # a standard-library section of its own
+    reverted, _ = _rewrite(output, plain=True, opt_level="O0")
+    # the same code (a call the switch broke over lines stays so)
+    assert ast.dump(ast.parse(reverted)) == ast.dump(ast.parse(source))
+    assert reverted.startswith(source.split("\n")[0])  # no blank line where `import os` was
+
+
+def test_o0_keeps_a_switch_the_author_set() -> None:
+    source = 'import accelerate\n\naccelerator = accelerate.Accelerator(mixed_precision="fp16")\n'
+    output, findings = _rewrite(source, opt_level="O0")
+    assert output == source
+    assert 'AMP429 `mixed_precision="fp16"` is the script\'s own setting' in findings

@@ -95,6 +95,55 @@ KEPT_BY_REVERT = {
 }
 
 
+_AUTHORS_STEP = {
+    "engine.py": """import torch
+
+
+def forward_loss(model, x, y):
+    with torch.autocast("cuda", dtype=torch.float16):
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        loss = forward_loss(model, x, y)
+        optimizer.zero_grad()
+        yield loss
+""",
+    "main.py": """import torch
+
+from engine import train_one_epoch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for epoch in range(2):
+    for loss in train_one_epoch(model, [(torch.randn(8, 4), torch.tensor([0] * 8))], optimizer):
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    scale = scaler.get_scale()
+    print(f"loss scale {scale:.0f}")
+""",
+}
+
+
+def test_o0_leaves_a_project_whole_when_one_file_keeps_its_own_amp(tmp_path: Path) -> None:
+    """The autocast in engine.py could go, but main.py's scaler cannot (`scale` is printed):
+    neither file is reverted, rather than engine.py alone."""
+    for name, text in _AUTHORS_STEP.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "setup.py").write_text("")
+    code, output = _run(tmp_path, "--opt-level", "O0", "engine.py", "main.py")
+    assert code == 0, output
+    assert {name: (tmp_path / name).read_text() for name in _AUTHORS_STEP} == _AUTHORS_STEP
+    found = _findings(output)
+    assert any(line.startswith("main.py:14:") and " AMP425 " in line
+               and "`scale` is not defined" in line for line in found), found
+    assert "engine.py:1:1: AMP428 not reverted: main.py, which shares this file's training " \
+        "step, keeps its mixed precision (AMP425)" in found
+
+
 @pytest.mark.parametrize(("case", "style"), TREES, ids=[f"{c}-{s}" for c, s in TREES])
 def test_o0_turns_a_project_rewrite_back_into_its_fp32_original(
     case: str, style: str, tmp_path: Path

@@ -3,6 +3,7 @@ shared with the tool's own, and so do the author's `autocast(enabled=False)` gua
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,3 +102,39 @@ for x, y in loader:
     assert "GradScaler" not in reverted and "with autocast():" not in reverted
     again = rewrite_source(reverted.encode(), Options())  # the guard is not mixed precision
     assert again.changed and b"scaler.scale(loss).backward()" in again.source
+
+
+_AUTHORS_STEP = """import torch
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+
+
+def evaluation_context():
+    return torch.autocast("cuda", dtype=torch.float16)
+
+
+def train_step(x, y):
+    optimizer.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+{tail}"""
+
+
+@pytest.mark.parametrize(("tail", "left"), [
+    ("", "`torch.autocast(...)` is still called"),  # an autocast O0 cannot unwrap
+    ("    return scaler.get_scale()\n", "`train_step()` no longer returns what it returned"),
+])
+def test_o0_leaves_the_authors_amp_it_cannot_take_out_whole(tail: str, left: str) -> None:
+    source = _AUTHORS_STEP.replace("{tail}", tail)
+    if tail:  # the step alone
+        source = source.replace('def evaluation_context():\n    return torch.autocast("cuda", '
+                                'dtype=torch.float16)\n\n\n', "")
+    result = rewrite_source(source.encode(), O0)
+    assert not result.changed
+    assert [f.code for f in result.findings] == ["AMP425"]
+    assert left in result.findings[0].message

@@ -63,6 +63,10 @@ class AmpUsage:
     # a scaler is created as amprewrite writes one: the runtime's class, or the plain style's
     # `torch.amp.GradScaler(amp_device, ...)`
     ours: bool = False
+    # the module holds what only amprewrite writes: a scaler as above, the runtime's import,
+    # or the plain style's `amp_device`; its other autocasts are the author's
+    rewritten: bool = False
+    kept_autocasts: list[cst.With] = field(default_factory=list)  # the author's, in a rewrite
 
     def __bool__(self) -> bool:
         return bool(self.scalers or self.unwrap or self.decorators or self.imports
@@ -96,6 +100,9 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
     usage.ours = any((facts.imports.resolve(call.func) or "").startswith("amprewrite_runtime.")
                      or (call.args and dotted(call.args[0].value) in devices)
                      for call in scalers)
+    usage.rewritten = usage.ours or bool(devices) or any(
+        target == "amprewrite_runtime" or target.startswith("amprewrite_runtime.")
+        for target in facts.imports.aliases.values())
     for binding in facts.bindings:
         if binding.keys and binding.keys[0] in devices:
             _delete(usage, binding.statement, binding.value)
@@ -117,22 +124,26 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
     guards = _guards_kept(facts)
     for statement in facts.statements:
         if isinstance(statement, cst.SimpleStatementLine) and _is_amp_import(statement):
-            kept = _bound_names(statement) & guards
+            kept = bound_names(statement) & guards
             if kept:
                 usage.narrowed.append((statement, frozenset(kept)))
             else:
                 usage.imports.append(statement)
         elif isinstance(statement, cst.With) and len(statement.items) == 1 and _is_autocast(
                 statement.items[0].item, facts) and not turns_off(statement.items[0].item):
-            usage.unwrap.append(statement)
+            if not usage.rewritten or _written(statement.items[0].item, facts, devices):
+                usage.unwrap.append(statement)
+            else:
+                usage.kept_autocasts.append(statement)
         elif isinstance(statement, cst.If) and _guards_on_scaler(statement, usage):
             if _restores_scaler(statement, usage):
                 usage.statements.append(statement)
             else:
                 usage.unwrap.append(statement)
         if isinstance(statement, cst.FunctionDef):
-            usage.decorators.extend(d for d in statement.decorators
-                                    if _is_amp_decorator(d.decorator, facts))
+            usage.decorators.extend(
+                d for d in statement.decorators if _is_amp_decorator(d.decorator, facts) and (
+                    not usage.rewritten or _written(d.decorator, facts, devices)))
     _whole_lines(usage)
     # `for opt in optimizers: scaler.unscale_(opt)`: the loop goes with its only statements.
     deleted = set(usage.statements)
@@ -168,7 +179,7 @@ def _fsdp_policies(facts: ModuleFacts, usage: AmpUsage) -> None:
         line = _import_line(facts, name)
         if line is None or uses > 1 + list(policies.values()).count(name):
             continue
-        kept = _bound_names(line) - {name}
+        kept = bound_names(line) - {name}
         if kept:
             usage.narrowed.append((line, frozenset(kept)))
         else:
@@ -180,7 +191,7 @@ def _import_line(facts: ModuleFacts, name: str) -> cst.SimpleStatementLine | Non
     for statement in facts.module.body:
         if (isinstance(statement, cst.SimpleStatementLine)
                 and all(isinstance(small, cst.ImportFrom) for small in statement.body)
-                and name in _bound_names(statement)):
+                and name in bound_names(statement)):
             return statement
     return None
 
@@ -231,7 +242,8 @@ def _classify_call(
         if method == "step":
             usage.calls.append(call)
         elif method in ("update", "unscale_", "initialize") or (
-                method == "get_scale" and isinstance(statement, cst.SimpleStatementLine)):
+                method in ("get_scale", "load_state_dict")
+                and isinstance(statement, cst.SimpleStatementLine)):
             _delete(usage, statement, call)
             if method == "initialize" and len(call.args) == 2:
                 model = facts.module.code_for_node(call.args[0].value)
@@ -316,7 +328,7 @@ def _guards_kept(facts: ModuleFacts) -> set[str]:
             and turns_off(item.item)}
 
 
-def _bound_names(line: cst.SimpleStatementLine) -> set[str]:
+def bound_names(line: cst.SimpleStatementLine) -> set[str]:
     """The names an import line binds."""
     return {dotted(alias.asname.name if alias.asname else alias.name) or ""
             for small in line.body if isinstance(small, cst.ImportFrom | cst.Import)
@@ -331,6 +343,17 @@ def _is_scaler_class(func: cst.BaseExpression, facts: ModuleFacts) -> bool:
 
 def _is_autocast(item: cst.BaseExpression, facts: ModuleFacts) -> bool:
     return isinstance(item, cst.Call) and facts.imports.resolve(item.func) in _AUTOCASTS
+
+
+def _written(node: cst.BaseExpression, facts: ModuleFacts, devices: set[str]) -> bool:
+    """Whether an autocast or `custom_fwd` is spelled as amprewrite writes it: the runtime's,
+    or the plain style's on its `amp_device`."""
+    target = node.func if isinstance(node, cst.Call) else node
+    if (facts.imports.resolve(target) or "").startswith("amprewrite_runtime."):
+        return True
+    return isinstance(node, cst.Call) and any(
+        dotted(arg.value) in devices for arg in node.args
+        if arg.keyword is None or arg.keyword.value in ("device", "device_type"))
 
 
 def _autocast_devices(facts: ModuleFacts) -> set[str]:

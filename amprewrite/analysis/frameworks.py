@@ -29,6 +29,8 @@ class ValueSwitch:
 
     keyword: str
     values: dict[str, str]  # dtype -> the value's source
+    helper: str  # the runtime's function choosing the value at run time
+    env: str | None = None  # where the framework's launcher puts its own choice
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,9 @@ class SectionSwitch:
     sections: dict[str, str]  # dtype -> section key
 
 
-_LIGHTNING = ValueSwitch("precision", {"float16": '"16-mixed"', "bfloat16": '"bf16-mixed"'})
+_LIGHTNING_VALUES = {"float16": '"16-mixed"', "bfloat16": '"bf16-mixed"'}
+_LIGHTNING = ValueSwitch("precision", _LIGHTNING_VALUES, "lightning_precision")
+_FABRIC = ValueSwitch("precision", _LIGHTNING_VALUES, "lightning_precision", "LT_PRECISION")
 _HF_FLAGS = FlagSwitch({"bfloat16": "bf16", "float16": "fp16"})
 DEEPSPEED_SECTIONS = SectionSwitch({"bfloat16": "bf16", "float16": "fp16"})
 # Sections of a DeepSpeed config that already choose a precision.
@@ -60,12 +64,14 @@ _DEEPSPEED_PRECISION_KEYS = frozenset({"bf16", "bfloat16", "fp16", "amp", "torch
 # Constructor -> how its precision is switched.
 _CONSTRUCTORS: dict[str, ValueSwitch | FlagSwitch] = {
     "accelerate.Accelerator": ValueSwitch("mixed_precision",
-                                          {"float16": '"fp16"', "bfloat16": '"bf16"'}),
+                                          {"float16": '"fp16"', "bfloat16": '"bf16"'},
+                                          "accelerate_mixed_precision",
+                                          "ACCELERATE_MIXED_PRECISION"),
     "lightning.Trainer": _LIGHTNING,
     "lightning.pytorch.Trainer": _LIGHTNING,
     "pytorch_lightning.Trainer": _LIGHTNING,
-    "lightning.Fabric": _LIGHTNING,
-    "lightning.fabric.Fabric": _LIGHTNING,
+    "lightning.Fabric": _FABRIC,
+    "lightning.fabric.Fabric": _FABRIC,
     "transformers.TrainingArguments": _HF_FLAGS,
     "transformers.Seq2SeqTrainingArguments": _HF_FLAGS,
     "transformers.training_args.TrainingArguments": _HF_FLAGS,

@@ -28,6 +28,7 @@ from amprewrite.project.links import LinkedModule, link_group
 from amprewrite.project.program import Program, load_program, shown_path
 from amprewrite.protocol.invariants import REJECTIONS
 from amprewrite.recipes import choose
+from amprewrite.rules.revert_to_fp32 import REVERT_WOULD_BREAK
 from amprewrite.runner import FileOutcome, Status, rewrite_failure, write_failure
 
 NEEDS_UNNAMED_FILE = declare(
@@ -64,6 +65,20 @@ LINKED_FILE_REJECTED = declare(
         "$ amprewrite project\n"
         "# engine.py:40:9: AMP706 gradients are read or changed here before ...\n"
         "# main.py:1:1: AMP452 not rewritten: the rewrite of a linked file was rejected"
+    ),
+)
+
+LINKED_REVERT_REFUSED = declare(
+    "AMP428", SKIP, "not reverted at O0: a linked file keeps its mixed precision",
+    "O0 takes the mixed precision of one training step out of all the files it spans, or of "
+    "none: the file named in the message cannot lose its own without breaking (its AMP425 "
+    "finding says why), so this one keeps its mixed precision too.",
+    why="`--opt-level O0` on a project where another file of the same training step keeps its "
+        "mixed precision (AMP425).",
+    example=(
+        "$ amprewrite --opt-level O0 .   # main.py passes its scaler to engine.train()\n"
+        "# engine.py:1:1: AMP428 not reverted: main.py, which shares this file's training "
+        "step, keeps its mixed precision (AMP425)"
     ),
 )
 
@@ -159,7 +174,17 @@ def _revert_group(
     unnamed = [m.shown for m in modules if m.path not in named and m.analysis.amp_usage]
     if unnamed:
         return [_needs_unnamed(program, m, unnamed) for m in modules if m.path in named]
-    return _carry_out(program, [m.path for m in modules], modules, named, options)
+    outcomes = _carry_out(program, [m.path for m in modules], modules, named, options)
+    kept = next((outcome.path for outcome in outcomes if any(
+        f.code == REVERT_WOULD_BREAK for f in outcome.findings)), None)
+    if kept is None:
+        return outcomes
+    return [outcome if outcome.path == kept or outcome.status is not Status.CHANGED else
+            FileOutcome(outcome.path, Status.UNCHANGED, [Finding(
+                LINKED_REVERT_REFUSED, 1, 1, f"not reverted: {kept}, which shares this file's "
+                f"training step, keeps its mixed precision ({REVERT_WOULD_BREAK})")],
+                outcome.before, outcome.before)
+            for outcome in outcomes]
 
 
 def _carry_out(

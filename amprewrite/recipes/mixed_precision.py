@@ -50,7 +50,7 @@ from amprewrite.rules import (
     unscaling,
 )
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.import_order import import_index
+from amprewrite.rules.import_order import import_index, standard_library_index
 from amprewrite.rules.styles import (
     Needs,
     defer_to_initialize,
@@ -185,8 +185,16 @@ def _insert_import(
     ctx: RuleContext, statement: cst.SimpleStatementLine, position: int, opened: set[int]
 ) -> None:
     """`statement` where isort would put it, first among the inserts at its index (in the
-    style's order); the first at the top of a section takes over the section's blank lines."""
-    index, opens_section = import_index(ctx.facts, statement)
+    style's order); the first at the top of a section takes over the section's blank lines,
+    and a standard-library import in a module without that section opens one."""
+    standard = standard_library_index(ctx.facts, statement)
+    if standard is not None and standard[2]:
+        opening = ctx.facts.module.body[standard[0]]
+        statement = statement.with_changes(leading_lines=opening.leading_lines)
+        ctx.plan.replaces.append(Replace(opening, _one_line_before))
+        ctx.plan.inserts.insert(0, Insert(ctx.facts.module, standard[0], [statement]))
+        return
+    index, opens_section = standard[:2] if standard else import_index(ctx.facts, statement)
     if opens_section and index not in opened:
         opened.add(index)
         opening = ctx.facts.module.body[index]
@@ -197,6 +205,10 @@ def _insert_import(
 
 def _no_lines_before(node: cst.CSTNode) -> cst.CSTNode:
     return node.with_changes(leading_lines=[])
+
+
+def _one_line_before(node: cst.CSTNode) -> cst.CSTNode:
+    return node.with_changes(leading_lines=[cst.EmptyLine()])
 
 
 def _two_blank_lines_before(node: cst.CSTNode) -> cst.CSTNode:

@@ -293,3 +293,22 @@ def _with_comma(
             items[items.index(param)] = param.with_changes(**changes)
             return node.with_changes(**{field_name: items})
     return node.with_changes(star_arg=param.with_changes(**changes))
+
+
+def importing_only(names: frozenset[str]) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """`from amprewrite_runtime import GradScaler, autocast` -> `... import autocast`."""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.SimpleStatementLine)
+        body = []
+        for small in node.body:
+            assert isinstance(small, cst.ImportFrom) and isinstance(small.names, Sequence)
+            aliases = [a for a in small.names
+                       if (a.evaluated_alias or a.evaluated_name) in names]
+            if aliases:
+                aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                body.append(small.with_changes(names=aliases))
+        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return node.with_changes(body=body)
+
+    return build

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -28,7 +29,9 @@ from amprewrite.analysis.frameworks import (
     ValueSwitch,
     switch_kinds,
 )
+from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note
+from amprewrite.analysis.tree import descendants
 from amprewrite.catalog import CHANGE, NOTE, SKIP, declare
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
@@ -108,13 +111,41 @@ FRAMEWORK_BYPASSED = declare(
     ),
 )
 
-_PREFERS_BFLOAT16 = "prefers_bfloat16"  # the runtime's run-time choice
+AUTHORS_SWITCH_KEPT = declare(
+    "AMP429", SKIP, "the script's own framework precision kept at O0",
+    "O0 takes out the precision setting amprewrite writes (a call of its runtime's "
+    "`accelerate_mixed_precision()`, `lightning_precision()`, `mixed_precision_flag(...)`, or "
+    "the plain style's `use_bf16` choice and `os.environ.get(...)` of the launcher's variable). "
+    "A plain value (`precision=\"16-mixed\"`, `bf16=True`) is the author's, or cannot be told "
+    "from it (`--plain --dtype` writes one): it stays. Set it to FP32 by hand "
+    "(`precision=\"32-true\"`, `mixed_precision=\"no\"`, `bf16=False`) if that is what you want.",
+    why="`--opt-level O0` on a framework setting that amprewrite did not write.",
+    example="trainer = L.Trainer(max_epochs=3, precision=\"16-mixed\")   # kept at O0",
+)
+
+_PREFERS_BFLOAT16 = "prefers_bfloat16"  # the runtime's run-time choice (earlier rewrites)
+_FLAG_HELPER = "mixed_precision_flag"  # the runtime's choice of a flag or a config section
+_HELPERS = ("accelerate_mixed_precision", "lightning_precision", _FLAG_HELPER)
 _PLAIN_CHOICE = ("use_bf16", "amp_use_bf16")  # the plain style's module-level choice
+
+
+@dataclass(frozen=True)
+class _Spelling:
+    """How a switch's value is written. The runtime style calls the runtime's helpers
+    (`helpers`: their local names), which leave the choice to the framework's launcher or
+    config when it made one and turn mixed precision off at `AMPREWRITE_OPT_LEVEL=O0`. The
+    plain style writes the value (`choice`: the variable telling bfloat16 at run time, None
+    with `--dtype`), behind `os.environ.get(...)` of the launcher's variable where the
+    framework has one (`os`: the module's name for it)."""
+
+    helpers: dict[str, str] | None = None
+    choice: str | None = None
+    os: str = "os"
 
 
 def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> None:
     dtype = ctx.options.dtype
-    prefers = None
+    spelling: _Spelling | None = None
     for switch in settings.switches:
         if switch.current is not None:
             current = ctx.facts.one_line(switch.current).rstrip(", ")
@@ -123,9 +154,9 @@ def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> 
             ctx.notes.append(Note(FRAMEWORK_PRECISION_SET, switch.node,
                                   f"{who} already sets `{current}`; left unchanged"))
             continue
-        if not dtype and prefers is None:
-            prefers = _run_time_choice(ctx)
-        items = _new_items(ctx, switch, dtype, prefers)
+        if spelling is None:
+            spelling = _spelling(ctx, settings)
+        items = _new_items(ctx, switch, dtype, spelling)
         _append(ctx, switch.node, items)
         added = ", ".join(ctx.facts.module.code_for_node(i) for i in items)
         what = (f"the {switch.framework}" if isinstance(switch.node, cst.Dict)
@@ -138,15 +169,23 @@ def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> 
 
 
 def switch_off_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> None:
-    """O0: take out a mixed-precision switch amprewrite would have added, and the import or
-    definition its run-time choice used."""
+    """O0: take out a mixed-precision switch amprewrite added, and the import or definition
+    its run-time choice used; a switch the author set (a plain value, which the rewrite also
+    writes with `--plain --dtype`) stays, said so."""
     ours = {_normal(code) for code in _forms_written(ctx.facts)}
+    taken_out: list[cst.CSTNode] = []
     for switch in settings.switches:
         container = switch.node
         items = container.elements if isinstance(container, cst.Dict) else container.args
         removed = [i for i in items if _normal(_item_code(ctx.facts, i)) in ours]
         if not removed:
+            if switch.current is not None:
+                current = ctx.facts.one_line(switch.current).rstrip(", ")
+                ctx.notes.append(Note(AUTHORS_SWITCH_KEPT, switch.current,
+                                      f"`{current}` is the script's own setting, not one "
+                                      "amprewrite writes: kept at O0"))
             continue
+        taken_out += removed
         if len(removed) == len(items):  # `Accelerator(\n    mixed_precision=...,\n)`
             build: Builder = _emptied
         else:
@@ -158,19 +197,63 @@ def switch_off_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) ->
                               f"{names} removed: the framework trains in FP32 again (O0)"))
     for statement in _run_time_choice_statements(ctx.facts):
         ctx.plan.replaces.append(Replace(statement, remove))
+    os_import = _os_import_only_they_use(ctx.facts, taken_out)
+    if os_import is not None:
+        ctx.plan.replaces.append(Replace(os_import, remove))
+        body = list(ctx.facts.module.body)
+        after = body[body.index(os_import) + 1] if os_import is not body[-1] else None
+        if isinstance(after, cst.SimpleStatementLine) and all(
+                line.comment is None for line in after.leading_lines):  # its section's gap
+            ctx.plan.replaces.append(Replace(after, lambda node: node.with_changes(
+                leading_lines=os_import.leading_lines)))
 
 
-def _run_time_choice(ctx: RuleContext) -> str:
-    """The expression telling bfloat16 from float16 at run time; its import or definition
-    goes to the style's header."""
+def _os_import_only_they_use(facts: ModuleFacts, removed: list[cst.CSTNode]
+                             ) -> Statement | None:
+    """`import os`, when the plain style's `os.environ.get(...)` among `removed` are its only
+    uses (the plain style added it with them)."""
+    local = _os_name(facts)
+    line = next((s for s in facts.module.body if isinstance(s, cst.SimpleStatementLine)
+                 and len(s.body) == 1 and isinstance(s.body[0], cst.Import)
+                 and len(s.body[0].names) == 1 and s.body[0].names[0].asname is None
+                 and dotted(s.body[0].names[0].name) == "os"), None)
+    if local != "os" or line is None or not removed:
+        return None
+
+    def uses(node: cst.CSTNode) -> int:
+        return sum(isinstance(n, cst.Name) and n.value == "os" for n in descendants(node))
+
+    return line if uses(facts.module) - uses(line) == sum(map(uses, removed)) else None
+
+
+def _spelling(ctx: RuleContext, settings: FrameworkSettings) -> _Spelling:
+    """The style's spelling, its import or definition added to the style's header."""
     assert ctx.style is not None
+    dtype = ctx.options.dtype
     if not ctx.options.plain:
-        code, local = runtime_import(ctx.facts, [_PREFERS_BFLOAT16], ctx.names)
+        wanted = sorted({_helper(switch.switch) for switch in settings.switches
+                         if switch.current is None})
+        code, local = runtime_import(ctx.facts, wanted, ctx.names)
         ctx.style.imports.append(code)
-        return f"{local[_PREFERS_BFLOAT16]}()"
-    name = ctx.names.fresh(_PLAIN_CHOICE)
-    ctx.style.definitions.append(f"{name} = {_plain_choice(ctx.torch())}")
-    return name
+        return _Spelling(helpers=local)
+    choice = None
+    if not dtype and any(switch.current is None for switch in settings.switches):
+        choice = ctx.names.fresh(_PLAIN_CHOICE)
+        ctx.style.definitions.append(f"{choice} = {_plain_choice(ctx.torch())}")
+    os = _os_name(ctx.facts)
+    if os is None and any(isinstance(switch.switch, ValueSwitch) and switch.switch.env
+                          and switch.current is None for switch in settings.switches):
+        ctx.style.imports.append("import os")
+    return _Spelling(choice=choice, os=os or "os")
+
+
+def _helper(switch: ValueSwitch | FlagSwitch | SectionSwitch) -> str:
+    return switch.helper if isinstance(switch, ValueSwitch) else _FLAG_HELPER
+
+
+def _os_name(facts: ModuleFacts) -> str | None:
+    return next((local for local, target in facts.imports.aliases.items() if target == "os"),
+                None)
 
 
 def _plain_choice(torch: str) -> str:
@@ -179,39 +262,57 @@ def _plain_choice(torch: str) -> str:
 
 
 def _new_items(
-    ctx: RuleContext, switch: PrecisionSwitch, dtype: str | None, prefers: str | None
+    ctx: RuleContext, switch: PrecisionSwitch, dtype: str | None, spelling: _Spelling
 ) -> list[cst.Arg | cst.DictElement]:
     gpu = None
     if isinstance(switch.switch, FlagSwitch) and not switch.on_cpu:
         gpu = f"{ctx.torch()}.cuda.is_available()"
     return [_parse_item(ctx, code)
-            for code in _item_codes(switch.switch, dtype, prefers, gpu, switch.on_cpu)]
+            for code in _item_codes(switch.switch, dtype, spelling, gpu, switch.on_cpu)]
 
 
 def _item_codes(
-    switch: ValueSwitch | FlagSwitch | SectionSwitch, dtype: str | None, prefers: str | None,
+    switch: ValueSwitch | FlagSwitch | SectionSwitch, dtype: str | None, spelling: _Spelling,
     gpu: str | None = None, on_cpu: bool = False,
 ) -> list[str]:
     """The arguments or entries switching mixed precision on: for `dtype`, or (None) chosen
-    by the expression `prefers` (true for bfloat16). Flags hold only where `gpu` (the
-    expression telling a GPU is there) does; `on_cpu`: bfloat16, the Trainer's CPU dtype."""
+    at run time. Flags hold only where `gpu` (the expression telling a GPU is there) does;
+    `on_cpu`: bfloat16, the Trainer's CPU dtype."""
     if isinstance(switch, ValueSwitch):
-        value = switch.values[dtype] if dtype else (
-            f"{switch.values['bfloat16']} if {prefers} else {switch.values['float16']}")
-        return [f"{switch.keyword}={value}"]
+        return [f"{switch.keyword}={_value(switch, dtype, spelling)}"]
+    names = switch.flags if isinstance(switch, FlagSwitch) else switch.sections
+    if on_cpu:
+        dtype = "bfloat16"
+    chosen = [dtype] if dtype else ["bfloat16", "float16"]
+    values = {d: _flag(names[d], d, dtype, spelling, gpu) for d in chosen}
     if isinstance(switch, FlagSwitch):
-        bf16, fp16 = switch.flags["bfloat16"], switch.flags["float16"]
-        if on_cpu:
-            return [f"{bf16}=True"]
-        if dtype:
-            return [f"{switch.flags[dtype]}={gpu or True}"]
-        if gpu is None:
-            return [f"{bf16}={prefers}", f"{fp16}=not {prefers}"]
-        return [f"{bf16}={gpu} and {prefers}", f"{fp16}={gpu} and not {prefers}"]
-    if dtype:
-        return [f'"{switch.sections[dtype]}": {{"enabled": True}}']
-    return [f'"{switch.sections["bfloat16"]}": {{"enabled": {prefers}}}',
-            f'"{switch.sections["float16"]}": {{"enabled": not {prefers}}}']
+        return [f"{names[d]}={value}" for d, value in values.items()]
+    return [f'"{names[d]}": {{"enabled": {value}}}' for d, value in values.items()]
+
+
+def _value(switch: ValueSwitch, dtype: str | None, spelling: _Spelling) -> str:
+    if spelling.helpers is not None:
+        helper = spelling.helpers[switch.helper]
+        return f'{helper}("{dtype}")' if dtype else f"{helper}()"
+    value = switch.values[dtype] if dtype else (
+        f"{switch.values['bfloat16']} if {spelling.choice} else {switch.values['float16']}")
+    return f'{spelling.os}.environ.get("{switch.env}", {value})' if switch.env else value
+
+
+def _flag(name: str, dtype: str, asked: str | None, spelling: _Spelling, gpu: str | None
+          ) -> str:
+    """Whether flag `name` (for `dtype`) is on: `asked` is the dtype chosen at rewrite time
+    (`--dtype`, or bfloat16 on the CPU), None when chosen at run time."""
+    if spelling.helpers is not None:
+        helper = spelling.helpers[_FLAG_HELPER]
+        on = f'{helper}("{name}", "{asked}")' if asked else f'{helper}("{name}")'
+    elif asked:
+        on = "True"
+    else:
+        on = f"{spelling.choice}" if dtype == "bfloat16" else f"not {spelling.choice}"
+    if gpu is None:
+        return on
+    return gpu if on == "True" else f"{gpu} and {on}"
 
 
 def _parse_item(ctx: RuleContext, code: str) -> cst.Arg | cst.DictElement:
@@ -228,13 +329,36 @@ def _parse_item(ctx: RuleContext, code: str) -> cst.Arg | cst.DictElement:
 def _append(ctx: RuleContext, container: cst.Call | cst.Dict,
             items: Sequence[cst.Arg | cst.DictElement]) -> None:
     if isinstance(container, cst.Call):
-        build = append_in_layout(container, [i for i in items if isinstance(i, cst.Arg)],
-                                 ctx.facts, ctx.line_limit)
+        arguments = [_fitted(ctx, container, i) for i in items if isinstance(i, cst.Arg)]
+        build = append_in_layout(container, arguments, ctx.facts, ctx.line_limit)
     else:
         build = append_entries([i for i in items if isinstance(i, cst.DictElement)])
         if too_long(ctx.facts, container, items, ctx.line_limit):
             build = one_per_line(build, ctx.facts.module.default_indent)
     ctx.plan.replaces.append(Replace(container, build))
+
+
+def _fitted(ctx: RuleContext, container: cst.Call, argument: cst.Arg) -> cst.Arg:
+    """`argument` as black lays it out on a line of its own in `container`: a call value too
+    long for that line gets its arguments on the next one,
+    `mixed_precision=os.environ.get(\n    "ACCELERATE_MIXED_PRECISION", ...\n),`."""
+    value = argument.value
+    statement = ctx.facts.owner.get(id(container))
+    unit = ctx.facts.module.default_indent
+    if not isinstance(value, cst.Call) or not value.args or statement is None:
+        return argument
+    width = ctx.facts.indentation(statement) + len(unit) + len(
+        ctx.facts.module.code_for_node(argument)) + 1
+    if width <= ctx.line_limit:
+        return argument
+
+    def newline(extra: str) -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(extra))
+
+    args = list(value.args)
+    args[-1] = args[-1].with_changes(whitespace_after_arg=newline(unit))
+    return argument.with_changes(value=value.with_changes(
+        args=args, whitespace_before_args=newline(unit * 2)))
 
 
 def _hidden_message(hidden: HiddenSetting, dtype: str | None) -> str:
@@ -257,18 +381,51 @@ def _hidden_message(hidden: HiddenSetting, dtype: str | None) -> str:
 
 
 def _forms_written(facts: ModuleFacts) -> Iterator[str]:
-    """Every argument or entry the switch writes, for each way it may have chosen."""
-    choices = [*(f"{alias}()" for alias, target in facts.imports.aliases.items()
-                 if target == f"{RUNTIME_MODULE}.{_PREFERS_BFLOAT16}"),
-               *(b.keys[0] for b in _plain_choice_bindings(facts))]
+    """Every argument or entry the switch writes in a form only amprewrite writes (a runtime
+    helper's call, the plain style's choice variable or launcher variable), for each way it
+    may have chosen."""
+    helpers = {target.rsplit(".", 1)[-1]: alias for alias, target in facts.imports.aliases.items()
+               if target in {f"{RUNTIME_MODULE}.{name}" for name in _HELPERS}}
+    # a helper the module does not import is never matched: its name is no Python name
+    spellings = [_Spelling(helpers=dict.fromkeys(_HELPERS, "-") | helpers)] if helpers else []
+    spellings += [_Spelling(choice=b.keys[0], os=_os_name(facts) or "os")
+                  for b in _plain_choice_bindings(facts)]
+    if _os_name(facts) is not None:
+        spellings.append(_Spelling(os=_os_name(facts) or "os"))  # `--plain --dtype`
     gpu = f"{torch_name(facts) or 'torch'}.cuda.is_available()"
     for switch in [*switch_kinds(), DEEPSPEED_SECTIONS]:
-        for dtype in ("bfloat16", "float16"):
-            yield from _item_codes(switch, dtype, None)
-            yield from _item_codes(switch, dtype, None, gpu)
-        for prefers in choices:
-            yield from _item_codes(switch, None, prefers)
-            yield from _item_codes(switch, None, prefers, gpu)
+        for spelling in spellings:
+            dtypes: list[str | None] = (
+                [None] if spelling.choice else ["bfloat16", "float16"] if not spelling.helpers
+                else [None, "bfloat16", "float16"])
+            for dtype in dtypes:
+                codes = _item_codes(switch, dtype, spelling) + _item_codes(
+                    switch, dtype, spelling, gpu)
+                if spelling.helpers is None and spelling.choice is None:  # a plain value
+                    codes = [c for c in codes if ".environ.get(" in c]
+                yield from codes
+            if spelling.helpers:
+                yield from _item_codes(switch, None, spelling, on_cpu=True)
+        yield from _earlier_forms(facts, switch, gpu)
+
+
+def _earlier_forms(facts: ModuleFacts, switch: ValueSwitch | FlagSwitch | SectionSwitch,
+                   gpu: str) -> Iterator[str]:
+    """What earlier rewrites wrote: `"bf16" if prefers_bfloat16() else "fp16"`."""
+    for alias, target in facts.imports.aliases.items():
+        if target != f"{RUNTIME_MODULE}.{_PREFERS_BFLOAT16}":
+            continue
+        prefers = f"{alias}()"
+        if isinstance(switch, ValueSwitch):
+            yield (f"{switch.keyword}={switch.values['bfloat16']} if {prefers} else "
+                   f"{switch.values['float16']}")
+            continue
+        names = switch.flags if isinstance(switch, FlagSwitch) else switch.sections
+        for value in ({"bfloat16": prefers, "float16": f"not {prefers}"},
+                      {"bfloat16": f"{gpu} and {prefers}", "float16": f"{gpu} and not {prefers}"}):
+            for dtype, on in value.items():
+                yield (f"{names[dtype]}={on}" if isinstance(switch, FlagSwitch)
+                       else f'"{names[dtype]}": {{"enabled": {on}}}')
 
 
 def _plain_choice_bindings(facts: ModuleFacts) -> list[Binding]:
@@ -279,15 +436,16 @@ def _plain_choice_bindings(facts: ModuleFacts) -> list[Binding]:
 
 
 def _run_time_choice_statements(facts: ModuleFacts) -> list[Statement]:
-    """The runtime import of `prefers_bfloat16` alone, and the plain style's definition."""
+    """The runtime import of the switch's helpers alone, and the plain style's definition."""
     found: list[Statement] = [b.statement for b in _plain_choice_bindings(facts)]
+    helpers = {_PREFERS_BFLOAT16, *_HELPERS}
     for statement in facts.module.body:
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
             small = statement.body[0]
             if (isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name)
                     and small.module.value == RUNTIME_MODULE
-                    and isinstance(small.names, Sequence) and len(small.names) == 1
-                    and small.names[0].evaluated_name == _PREFERS_BFLOAT16):
+                    and isinstance(small.names, Sequence)
+                    and all(alias.evaluated_name in helpers for alias in small.names)):
                 found.append(statement)
     return found
 
@@ -348,8 +506,9 @@ for x, y in loader:
 """,
         after="""\
 from accelerate import Accelerator
+from amprewrite_runtime import accelerate_mixed_precision
 
-accelerator = Accelerator(mixed_precision="fp16")
+accelerator = Accelerator(mixed_precision=accelerate_mixed_precision())
 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 for x, y in loader:
     optimizer.zero_grad()
@@ -357,7 +516,17 @@ for x, y in loader:
     accelerator.backward(loss)
     optimizer.step()
 """,
-        codes=(FRAMEWORK_SWITCHED_ON,), options=Options(dtype="float16"),
+        codes=(FRAMEWORK_SWITCHED_ON,),
+    ),
+    Example(
+        before="""\
+import lightning as L
+
+trainer = L.Trainer(max_epochs=3, precision="16-mixed")
+trainer.fit(model, loader)
+""",
+        after=None,
+        codes=(AUTHORS_SWITCH_KEPT,), options=Options(opt_level="O0"),
     ),
     Example(
         before=MIXED_PRECISION_ALREADY,
@@ -369,5 +538,5 @@ for x, y in loader:
 
 RULE = rule("framework-switch", (FRAMEWORK_SWITCHED_ON, FRAMEWORK_PRECISION_SET,
                                  FRAMEWORK_OWNS_PRECISION, FRAMEWORK_SETTING_OUT_OF_SIGHT,
-                                 FRAMEWORK_BYPASSED), _plan,
+                                 FRAMEWORK_BYPASSED, AUTHORS_SWITCH_KEPT), _plan,
             examples=_FRAMEWORK_SWITCH_EXAMPLES, reports=(MIXED_PRECISION_REMOVED,))

@@ -54,6 +54,32 @@ def import_index(facts: ModuleFacts, statement: cst.SimpleStatementLine) -> tupl
     return facts.header_imports_end, False
 
 
+def standard_library_index(
+    facts: ModuleFacts, statement: cst.SimpleStatementLine
+) -> tuple[int, bool, bool] | None:
+    """Where isort puts an added import of the standard library (`import os`): the index of
+    its sorted place in the module's standard-library section and whether it opens that
+    section (as `import_index`), or a section of its own opened before the first import
+    (the third value, True); None for any other import, or a module without imports."""
+    import sys
+
+    added = _imported(statement)
+    if added is None or added[0].split(".")[0] not in sys.stdlib_module_names:
+        return None
+    sections = _sections(facts)
+    if not sections:
+        return None
+    for section in sections:
+        modules = [_imported(s) for s in section]
+        if all(m is not None and m[0].split(".")[0] in sys.stdlib_module_names
+               for m in modules):
+            keys = [_by_type(*m) for m in modules if m is not None]
+            before = sum(key <= _by_type(*added) for key in keys)
+            first = _index(facts.module.body, section[0])
+            return first + before, before == 0 and _blank_above(section[0]), False
+    return _index(facts.module.body, sections[0][0]), False, True
+
+
 def _sections(facts: ModuleFacts) -> list[list[cst.SimpleStatementLine]]:
     """The runs of plain import lines among the leading imports, split at blank lines."""
     sections: list[list[cst.SimpleStatementLine]] = []

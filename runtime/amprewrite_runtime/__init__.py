@@ -7,11 +7,20 @@ One precision policy drives both (`policy.current_policy()`): the opt level
 script in plain FP32), the device (where the loss lives, else CUDA when available, else the
 CPU) and the dtype (bfloat16, except float16 on CUDA GPUs older than compute capability 8.0;
 `AMPREWRITE_DTYPE` overrides).
+A framework's own switch (`Accelerator(mixed_precision=...)`, `Trainer(precision=...)`,
+`TrainingArguments(bf16=...)`) gets `accelerate_mixed_precision()`, `lightning_precision()` or
+`mixed_precision_flag(...)`, which leave the choice to the framework's launcher or config when
+it made one (`amprewrite_runtime.frameworks`).
 Reproducible data loading lives in `amprewrite_runtime.data`. Depends on torch only.
 """
 
 from amprewrite_runtime.autocast import autocast, custom_bwd, custom_fwd
 from amprewrite_runtime.casting import to_float32
+from amprewrite_runtime.frameworks import (
+    accelerate_mixed_precision,
+    lightning_precision,
+    mixed_precision_flag,
+)
 from amprewrite_runtime.policy import (
     current_policy,
     low_precision_dtype,
@@ -26,12 +35,15 @@ from amprewrite_runtime.scaler import GradScaler
 
 __all__ = [
     "GradScaler",
+    "accelerate_mixed_precision",
     "autocast",
     "current_policy",
     "custom_bwd",
     "custom_fwd",
     "enable_reproducibility",
+    "lightning_precision",
     "low_precision_dtype",
+    "mixed_precision_flag",
     "prefers_bfloat16",
     "reset_policy",
     "resolve_device",

@@ -76,6 +76,8 @@ class GradScaler:
         self._unread_skips: torch.Tensor | None = None
         self._skips_known_at_update = False  # torch's found-inf flags were unreadable
         self._tracer = Tracer.from_env()  # None unless AMPREWRITE_TRACE/_MAX_STEPS is set
+        if self._tracer is not None:
+            self._tracer.scaler_owned = True  # no framework hook traces its steps too
         # Known after the first scale(): the scaler is off and nothing else happens around
         # a step (no tracer, no master weights, no model cast to check), so scale(), step()
         # and update() only pass through. A rewritten step's overhead is a few attribute

@@ -64,6 +64,7 @@ class Tracer:
         self._loss: torch.Tensor | None = None
         self._started: float | None = None
         self._devices: dict[str, dict[str, Any]] = {}
+        self.scaler_owned = False  # an amprewrite_runtime GradScaler traces the steps
 
     @classmethod
     def from_env(cls) -> Tracer | None:
