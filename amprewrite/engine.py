@@ -27,7 +27,7 @@ from amprewrite.options import Options, validate
 from amprewrite.recipes import choose
 from amprewrite.rules.context import RuleContext
 from amprewrite.transform import Plan, apply_edits
-from amprewrite.verification import edit_sites, line_map, statements_to_locate, verify
+from amprewrite.verification import edit_sites, statements_to_locate, verify
 
 # The text pre-filter: a file that mentions none of these words cannot hold a training step
 # amprewrite would rewrite (or AMP it wrote, for O0 to take out), so it is reported AMP001

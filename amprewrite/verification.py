@@ -19,6 +19,7 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, Code
 from amprewrite.codegen import Layout, render
 from amprewrite.findings import Finding
+from amprewrite.line_map import line_map
 from amprewrite.protocol.check import violations
 from amprewrite.protocol.invariants import CODE_CHANGED_ELSEWHERE, NAME_UNBOUND, Violation
 from amprewrite.protocol.names import unbound_names
@@ -276,22 +277,3 @@ def _holding(notes: list[Note], facts: ModuleFacts, undone: set[str] | None) -> 
 
 def _distinct(findings: list[Finding]) -> list[Finding]:
     return sorted(set(findings), key=lambda f: (f.line, f.col, f.code))
-
-
-def line_map(new: bytes, old: bytes) -> Callable[[int], int]:
-    """Map a 1-based line of `new` to the line of `old` it comes from (or sits at)."""
-    import difflib  # imported here: only migrations and rejections need it
-
-    if new == old:
-        return lambda line: line
-    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
-    blocks = matcher.get_opcodes()
-
-    def to_old(line: int) -> int:
-        index = line - 1
-        for tag, i1, _i2, j1, j2 in blocks:
-            if j1 <= index < j2:
-                return (i1 + index - j1 if tag == "equal" else i1) + 1
-        return line
-
-    return to_old
