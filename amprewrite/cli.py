@@ -72,6 +72,9 @@ def _explain(ctx: click.Context, parameter: click.Parameter, value: str | None) 
               help="Write nothing; exit 1 if any file would change or holds an AMP mistake "
                    "(a lint finding).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when files were rewritten.")
+@click.option("--unsafe-fixes", is_flag=True,
+              help="Also apply the lint fixes the protocol check cannot confirm (a site no path "
+                   "it can see reaches); by default they are reported, not applied.")
 @click.option("--stdin-filename", default=STDIN, metavar="NAME",
               help="Name shown for `-` in findings and diffs.")
 @click.option("--include", default=DEFAULT_INCLUDE, show_default=True, metavar="REGEX",
@@ -116,6 +119,7 @@ def main(
     show_diff: bool,
     check: bool,
     exit_zero: bool,
+    unsafe_fixes: bool,
     stdin_filename: str,
     include: str,
     exclude: str | None,
@@ -152,7 +156,8 @@ def main(
         options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
                           settings["keep_batchnorm_fp32"], settings["master_weights"],
                           settings["loss_scale"], reproducible=settings["reproducible"],
-                          seed=settings["seed"], line_length=_line_length(paths))
+                          seed=settings["seed"], line_length=_line_length(paths),
+                          unsafe_fixes=settings["unsafe_fixes"])
         _refuse_bad_usage(paths, options, quiet and verbose)
         verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
         write = not (check or show_diff)
@@ -310,7 +315,7 @@ def entry_point() -> None:
 
 _CONFIGURABLE = ("opt_level", "dtype", "plain", "keep_batchnorm_fp32", "master_weights",
                  "loss_scale", "reproducible", "seed", "include", "exclude", "extend_exclude",
-                 "force_exclude", "select", "ignore")
+                 "force_exclude", "select", "ignore", "unsafe_fixes")
 
 
 def _settings(

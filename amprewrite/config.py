@@ -19,7 +19,7 @@ KEYS = {
     "opt-level": str, "dtype": str, "plain": bool, "keep-batchnorm-fp32": bool,
     "master-weights": bool, "loss-scale": (str, int, float), "reproducible": bool, "seed": int,
     "include": str, "exclude": str, "extend-exclude": str, "force-exclude": bool,
-    "select": list, "ignore": list,
+    "select": list, "ignore": list, "unsafe-fixes": bool,
 }
 
 

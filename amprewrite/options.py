@@ -24,6 +24,8 @@ class Options:
     # a file of this one's project that trains with its own mixed precision (as shown): no
     # autocast is added to this file's evaluation code (`project.own_amp`)
     project_amp: str | None = None
+    # lint fixes the protocol check cannot confirm are applied too (ruff's --unsafe-fixes)
+    unsafe_fixes: bool = False
 
     @property
     def casts_model(self) -> bool:

@@ -4,18 +4,21 @@ fixable ones with the script's own scaler)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import libcst as cst
 
 from amprewrite.analysis.amp_usage import AmpUsage
 from amprewrite.analysis.autocast_values import AUTOCASTS, autocast_dtype, turns_off
-from amprewrite.analysis.checkpoints import Checkpoints
+from amprewrite.analysis.checkpoints import Checkpoints, SavedState
 from amprewrite.analysis.definite_binding import may_be_unbound
 from amprewrite.analysis.evaluation import under_no_grad
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.hazards import low_precision_casts, manual_casts
 from amprewrite.analysis.kinds import Kind, KindTable
+from amprewrite.analysis.lint_evidence import Evidence, Verdict, consistent, split
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.sites import BackwardSite, StepSite, call_sites, scaled_step
 from amprewrite.analysis.statements import is_backward_call
@@ -139,6 +142,7 @@ FLOAT16_WITHOUT_SCALER = declare(
 _TORCH_AUTOCASTS = AUTOCASTS - {"torch.cpu.amp.autocast", "amprewrite_runtime.autocast"}
 # A module that names loss scaling scales its losses some other way (Megatron's
 # `config.grad_scale_func`, DeepSpeed's or apex's loss scalers, a hand-rolled `loss_scale`).
+T = TypeVar("T")
 _LOSS_SCALING = re.compile(r"(loss|grad)_?scal|scale_?(loss|grad)|LossScaler", re.IGNORECASE)
 
 
@@ -153,11 +157,17 @@ class Lint:
     missing_update_after: list[StepSite] = field(default_factory=list)  # fixable: update()
     missing_unscales: list[Unscale] = field(default_factory=list)  # fixable: unscale_ first
     checkpoints: Checkpoints | None = None  # fixable: saves without the scaler's state
+    # fixes the checker's reading cannot confirm (no path of its reaches them): applied only
+    # with --unsafe-fixes, their notes saying so
+    unsafe: Lint | None = None
+    unsafe_notes: list[Note] = field(default_factory=list)
 
 
 def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoints) -> Lint:
-    scaler = min(usage.scalers, default=None)
-    found = Lint(scaler)
+    scalers = frozenset(usage.scalers) | _scaling_receivers(facts)
+    scaler = min(usage.scalers, default=None) or min(scalers, default=None)
+    unsafe = Lint(scaler)
+    found = Lint(scaler, unsafe=unsafe)
     autocast_blocks = [w for w in usage.unwrap if isinstance(w, cst.With)]
     for site in facts.calls:
         inside = _inside_autocast(site.statement, autocast_blocks, facts)
@@ -187,10 +197,16 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
                            for cast in low_precision_casts(facts))
     sites = call_sites(facts, kinds)
     scaled_steps = [scaled_step(s, facts, kinds) for s in facts.calls
-                    if _scaler_call(s.call, usage, "step")]
-    updates = [s for s in facts.calls if _scaler_call(s.call, usage, "update")]
-    unscales = [s for s in facts.calls if _scaler_call(s.call, usage, "unscale_")]
-    training = {s.function for s in scaled_steps}
+                    if _scaler_call(s.call, scalers, "step")]
+    updates = [s for s in facts.calls if _scaler_call(s.call, scalers, "update")]
+    unscales = [s for s in facts.calls if _scaler_call(s.call, scalers, "unscale_")]
+    stepping = {s.function for s in scaled_steps}
+    training = stepping | {  # the textbook mistake: scaled backwards, no scaler.step
+        s.function for s in facts.calls if is_backward_call(s.call)
+        and isinstance(s.call.func, cst.Attribute) and isinstance(s.call.func.value, cst.Call)
+        and _scaler_call(s.call.func.value, scalers, "scale")}
+    backwards: list[BackwardSite] = []
+    steps: list[StepSite] = []
     for call_site in facts.calls:
         typed = sites.at(call_site.call)
         if typed is None or typed.function not in training or typed.call.args:
@@ -199,48 +215,100 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
             continue  # the FP32 path of AMP behind a flag: `if args.amp: scaler = ...`
         if isinstance(typed, BackwardSite):
             if not (isinstance(typed.loss, cst.Call)
-                    and _scaler_call(typed.loss, usage, "scale")):
-                found.unscaled_backwards.append(typed)
-                found.notes.append(Note(UNSCALED_BACKWARD, typed.call,
-                                        "unscaled backward in a script "
-                                        f"that scales its losses: use `{scaler}.scale(...)`"))
-        elif kinds.of(typed.key) is Kind.OPTIMIZER:
-            found.bypassing_steps.append(typed)
-            found.notes.append(Note(STEP_BYPASSES_SCALER, typed.call,
-                                    "optimizer step bypasses the grad "
-                                    f"scaler: use `{scaler}.step(...)`"))
+                    and _scaler_call(typed.loss, scalers, "scale")):
+                backwards.append(typed)
+        elif kinds.of(typed.key) in (Kind.OPTIMIZER, None):
+            steps.append(typed)  # of an unknown kind: a mistake only where the checker sees one
+    update_after = []
     if scaled_steps and not updates:
-        last = max([*scaled_steps, *found.bypassing_steps], key=lambda s: facts.order[s.statement])
-        found.missing_update_after.append(last)
-        found.notes.append(Note(STEP_WITHOUT_UPDATE, scaled_steps[-1].call,
-                                f"`{scaler}.step` without "
-                                f"`{scaler}.update()`: the scale never adapts"))
+        update_after.append(max([*scaled_steps, *steps], key=lambda s: facts.order[s.statement]))
     points = gradient_uses(scaled_steps, sites.backwards, facts).unscales
-    for point in points:
-        if point.reason == "gradient clipping" and not _unscaled_before(point, unscales, facts):
-            optimizer = dotted(point.optimizer) or "optimizer"
-            found.missing_unscales.append(point)
-            found.notes.append(Note(CLIPPING_WITHOUT_UNSCALE, point.statement,
-                                    "clipping scaled gradients: "
-                                    f"call `{scaler}.unscale_({optimizer})` first"))
-    unsaved = [s for s in saved.saved if not _saves_scaler(s.container, usage)]
-    fixable = [s for s in unsaved if _reachable(scaler, s.site, facts)]
-    if fixable:
-        restored = [] if any(_scaler_call(s.call, usage, "load_state_dict")
+    clips = [point for point in points if point.reason == "gradient clipping"
+             and not _unscaled_before(point, unscales, facts)]
+    unsaved = [s for s in saved.saved if not _saves_scaler(s, scalers, facts)]
+    reachable = [s for s in unsaved if _reachable(scaler, s.site, facts)]
+    evidence = Evidence.of(facts, scaler, [
+        *(b.call for b in backwards), *(s.call for s in steps),
+        *(s.call for s in update_after), *(p.statement for p in clips),
+        *(s.site.call for s in reachable)])
+    _judged(found.notes, found, unsafe, scaler, evidence, backwards, steps, update_after, clips,
+            stepping, scaled_steps[-1].call if scaled_steps else None, kinds)
+    fixable, report, risky = split(reachable, lambda s: evidence.site(s.site.call))
+    if fixable or risky:
+        restored = [] if any(_scaler_call(s.call, scalers, "load_state_dict")
                              for s in facts.calls) else saved.restored
         restores = [r for r in restored if _reachable(scaler, r.site, facts)
                     and not may_be_unbound(scaler, r.site.statement, facts)]
-        found.checkpoints = Checkpoints(fixable, restores, saved.key)
+        if fixable:
+            found.checkpoints = Checkpoints(fixable, restores, saved.key)
+        if risky:
+            unsafe.checkpoints = Checkpoints(risky, restores, saved.key)
         found.notes.extend(Note(CHECKPOINT_WITHOUT_SCALER, r.site.call,
                                 f"the optimizer's state is restored where `{scaler}` does not "
                                 "exist yet: restore the scaler's state after creating it")
                            for r in restored if r not in restores)
-    found.notes.extend(Note(CHECKPOINT_WITHOUT_SCALER, s.entry,
-                            "checkpoint saves the optimizer but not the grad scaler's state"
-                            + ("" if s in fixable else f": `{scaler}` is not reachable here, "
-                               "save the scaler's `state_dict()` next to the optimizer's"))
-                       for s in unsaved)
+    for state in unsaved:
+        message = "checkpoint saves the optimizer but not the grad scaler's state"
+        if state not in reachable:
+            message += (f": `{scaler}` is not reachable here, save the scaler's "
+                        "`state_dict()` next to the optimizer's")
+        elif state in report:
+            message += (f": `{scaler}` may be None here, save its `state_dict()` where it "
+                        "exists")
+        note = Note(CHECKPOINT_WITHOUT_SCALER, state.entry, message)
+        found.notes.append(note)
+        if state in risky:
+            found.unsafe_notes.append(note)
     return found
+
+
+def _judged(
+    notes: list[Note], found: Lint, unsafe: Lint, scaler: str, evidence: Evidence,
+    backwards: list[BackwardSite], steps: list[StepSite], update_after: list[StepSite],
+    clips: list[Unscale], stepping: set[cst.FunctionDef | None], last_scaled: cst.Call | None,
+    kinds: KindTable,
+) -> None:
+    """Each candidate mistake as the checker's reading judges it: fixed, reported only,
+    offered as an unsafe fix, or dropped (no mistake on any path)."""
+    def sort_out(items: list[T], node: Callable[[T], cst.CSTNode],
+                 verdict: Callable[[cst.CSTNode], Verdict], note: Callable[[T], Note],
+                 fixes: list[T], unsafe_fixes: list[T]) -> None:
+        safe, report, risky = split(items, lambda item: verdict(node(item)))
+        fixes.extend(safe)
+        unsafe_fixes.extend(risky)
+        for item in [*safe, *report, *risky]:
+            notes.append(note(item))
+            if item in risky:
+                found.unsafe_notes.append(notes[-1])
+
+    step_verdicts: dict[cst.CSTNode, Verdict] = {
+        s.call: evidence.site(s.call) if s.function in stepping
+        and kinds.of(s.key) is Kind.OPTIMIZER else evidence.plain_step(s.call) for s in steps}
+    backward_verdicts: dict[cst.CSTNode, Verdict] = {
+        b.call: evidence.site(b.call) if b.function in stepping
+        else evidence.feeding_backward(b.call) for b in backwards}
+    consistent(evidence, backward_verdicts, step_verdicts)
+
+    def step(call: cst.CSTNode) -> Verdict:
+        return step_verdicts[call]
+
+    def backward(call: cst.CSTNode) -> Verdict:
+        return backward_verdicts[call]
+
+    sort_out(backwards, lambda b: b.call, backward, lambda b: Note(
+        UNSCALED_BACKWARD, b.call, "unscaled backward in a script that scales its losses: "
+        f"use `{scaler}.scale(...)`"), found.unscaled_backwards, unsafe.unscaled_backwards)
+    sort_out(steps, lambda s: s.call, step, lambda s: Note(
+        STEP_BYPASSES_SCALER, s.call, f"optimizer step bypasses the grad scaler: use "
+        f"`{scaler}.step(...)`"), found.bypassing_steps, unsafe.bypassing_steps)
+    sort_out(update_after, lambda s: s.call, evidence.site, lambda s: Note(
+        STEP_WITHOUT_UPDATE, last_scaled or s.call, f"`{scaler}.step` without "
+        f"`{scaler}.update()`: the scale never adapts"), found.missing_update_after,
+        unsafe.missing_update_after)
+    sort_out(clips, lambda p: p.statement, evidence.missing_unscale, lambda p: Note(
+        CLIPPING_WITHOUT_UNSCALE, p.statement, "clipping scaled gradients: call "
+        f"`{scaler}.unscale_({dotted(p.optimizer) or 'optimizer'})` first"),
+        found.missing_unscales, unsafe.missing_unscales)
 
 
 def _maybe_float16_autocasts(facts: ModuleFacts) -> list[cst.Call]:
@@ -278,10 +346,10 @@ def _reachable(scaler: str, site: CallSite, facts: ModuleFacts) -> bool:
         and scaler in binding.keys for binding in facts.bindings)
 
 
-def _scaler_call(call: cst.Call, usage: AmpUsage, method: str) -> bool:
+def _scaler_call(call: cst.Call, scalers: frozenset[str], method: str) -> bool:
     func = call.func
     return (isinstance(func, cst.Attribute) and func.attr.value == method
-            and dotted(func.value) in usage.scalers)
+            and dotted(func.value) in scalers)
 
 
 def _inside_autocast(statement: Statement, blocks: list[cst.With], facts: ModuleFacts) -> bool:
@@ -295,14 +363,68 @@ def _unscaled_before(point: Unscale, unscales: list[CallSite], facts: ModuleFact
                or point.statement in facts.enclosing_statements(u.statement) for u in unscales)
 
 
-def _saves_scaler(container: cst.CSTNode | None, usage: AmpUsage) -> bool:
-    """Whether a checkpoint dict holds a scaler's state: the script's scaler, or anything
-    named for one (`loss_scaler.state_dict()`, a wrapper around it)."""
+def _saves_scaler(state: SavedState, scalers: frozenset[str], facts: ModuleFacts) -> bool:
+    """Whether a checkpoint holds a scaler's state: the script's scaler, or anything named
+    for one (`loss_scaler.state_dict()`, a wrapper around it), in its dict, or stored into
+    the variable holding that dict in the same function (`if fp16_scaler is not None:
+    save_dict["fp16_scaler"] = fp16_scaler.state_dict()`)."""
+    container = state.container
     if container is None:
         return True  # `state["optimizer"] = ...` lines: not checked
-    return any(isinstance(node, cst.Call) and (
-        _scaler_call(node, usage, "state_dict") or _named_scaler_state(node))
-        for node in descendants(container))
+    if any(_scaler_state(node, scalers) for node in descendants(container)):
+        return True
+    variable = _bound_to(container, facts)
+    return variable is not None and any(
+        _scaler_state(site.call, scalers) and site.function is state.site.function
+        and _stored_into(site.statement, variable) for site in facts.calls)
+
+
+def _scaler_state(node: cst.CSTNode, scalers: frozenset[str]) -> bool:
+    return isinstance(node, cst.Call) and (
+        _scaler_call(node, scalers, "state_dict") or _named_scaler_state(node))
+
+
+def _bound_to(container: cst.CSTNode, facts: ModuleFacts) -> str | None:
+    """The name a dict literal is assigned to (`save_dict = {...}`)."""
+    around = facts.statements_around(container)
+    line = around[0] if around else None
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return None
+    small = line.body[0]
+    if (isinstance(small, cst.Assign) and small.value is container and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)):
+        return small.targets[0].target.value
+    return None
+
+
+def _stored_into(statement: Statement, variable: str) -> bool:
+    """`variable[...] = ...` or `variable.update(...)`."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    for small in statement.body:
+        if isinstance(small, cst.Assign) and any(
+                isinstance(t.target, cst.Subscript) and dotted(t.target.value) == variable
+                for t in small.targets):
+            return True
+        if (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+                and dotted(small.value.func) == f"{variable}.update"):
+            return True
+    return False
+
+
+def _scaling_receivers(facts: ModuleFacts) -> frozenset[str]:
+    """What scales a loss that is then differentiated (`scaler.scale(loss).backward()`): a
+    scaler, though nothing here creates it (a parameter, an attribute set elsewhere)."""
+    found = set()
+    for site in facts.calls:
+        func = site.call.func
+        if (is_backward_call(site.call) and isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Attribute)
+                and func.value.func.attr.value == "scale"):
+            key = dotted(func.value.func.value)
+            if key is not None:
+                found.add(key)
+    return frozenset(found)
 
 
 def _named_scaler_state(call: cst.Call) -> bool:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 
-from amprewrite.analysis.autocast_values import AUTOCASTS
-
 __all__ = ["AUTOCASTS", "CLIPPING", "FRAMEWORK_RECEIVERS", "NOT_OPTIMIZERS",
            "OPTIMIZER_CLASSES", "SCALER_CLASSES", "SCALER_METHODS", "optimizer_named"]
+
+# torch's autocast context managers (and the runtime's), by qualified name.
+AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
+                       "torch.cpu.amp.autocast", "torch.amp.autocast_mode.autocast",
+                       "amprewrite_runtime.autocast"})
 
 # Classes whose instances follow GradScaler's protocol (the last part of the qualified name:
 # torch.amp.GradScaler, torch.cuda.amp.GradScaler, amprewrite_runtime.GradScaler,

@@ -361,6 +361,8 @@ class Builder:
             return local
         func = call.func
         qualified = self.program.imports.resolve(func)
+        if qualified == "torch.save":
+            return ir.Probe(call)
         if qualified == "torch.autograd.backward":
             tensors = call.args[0] if call.args else next(
                 (k.value for k in call.keywords if k.arg == "tensors"), None)
@@ -380,6 +382,8 @@ class Builder:
                     (k.value for k in call.keywords if k.arg == "optimizer"), None)
                 return ir.ScalerCall(receiver, method, None if target is None
                                      else self.key(target), call)
+            if method in ("state_dict", "load_state_dict"):
+                return ir.Probe(call)
             if method == "zero_grad":
                 known = receiver is not None and self.program.is_optimizer(receiver)
                 return ir.Zero(receiver if known else None, call)

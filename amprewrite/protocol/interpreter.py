@@ -29,7 +29,16 @@ from amprewrite.protocol.invariants import (
     Violation,
 )
 from amprewrite.protocol.keys import rebase, root_of
-from amprewrite.protocol.paths import BROKEN, LIVE, PLAIN, PathState, distinct, join
+from amprewrite.protocol.paths import (
+    BROKEN,
+    LIVE,
+    PathState,
+    distinct,
+    is_plain,
+    join,
+    plain,
+    position,
+)
 from amprewrite.protocol.program import Program
 
 MAX_PATHS = 32  # more paths than this at one point are joined into one
@@ -88,8 +97,16 @@ class Frame:
 
 
 class Interpreter:
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, observe: bool = False) -> None:
         self.program = program
+        # with `observe`: each event's (line, column) -> each scaler key's values there, on
+        # every path (the lint asks where the script's scaler may be None or off)
+        self.observe = observe
+        self.observed: dict[tuple[int, int], dict[str, frozenset[str]]] = {}
+        # with `observe`: each step's (line, column) -> the unscaled backwards whose gradients
+        # it applies, on some path
+        self.fed: dict[tuple[int, int], set[tuple[int, int]]] = {}
+        self.plain_steps: set[tuple[int, int]] = set()  # `optimizer.step()`, not the scaler's
         self.violations: dict[tuple[str, int, int], Violation] = {}
         self.steps = 0
         self.fresh = count()
@@ -322,6 +339,10 @@ class Interpreter:
     # --- events ---
 
     def event(self, node: ir.Node, state: PathState, frame: Frame) -> list[PathState]:
+        if self.observe and not isinstance(node, ir.Assign | ir.Forget | ir.Build):
+            self._note_values(node, state, frame)
+        if isinstance(node, ir.Probe):
+            return [state]
         if isinstance(node, ir.Assign):
             return self._assign(node, state, frame)
         state = state.copy()
@@ -339,17 +360,34 @@ class Interpreter:
             self._backward(node, state, frame)
         elif isinstance(node, ir.Step):
             optimizer = frame.key(node.optimizer)
-            scaled = sorted(c for c in state.pending(optimizer) if c != PLAIN and state.live(c))
+            pending = state.pending(optimizer)
+            self._note_fed(node.node, pending, plain_step=True)
+            scaled = sorted(c for c in pending if not is_plain(c) and state.live(c))
             if scaled:
                 self.report(PLAIN_STEP_OF_SCALED, node.node, frame.function,
                             f"`{node.optimizer}.step()` applies gradients scaled by "
-                            f"`{scaled[0]}`: step through `{scaled[0]}.step({node.optimizer})`")
+                            f"`{scaled[0]}`: step through `{scaled[0]}.step({node.optimizer})`",
+                            _sources(pending))
             state.zero(optimizer)
         elif isinstance(node, ir.Zero):
             state.zero(None if node.optimizer is None else frame.key(node.optimizer))
         elif isinstance(node, ir.GradUse):
             self._grad_use(node, state, frame)
         return [state]
+
+    def _note_fed(self, site: ast.AST, pending: frozenset[str], plain_step: bool = False) -> None:
+        if self.observe:
+            where = (getattr(site, "lineno", 0), getattr(site, "col_offset", 0))
+            self.fed.setdefault(where, set()).update(_sources(pending))
+            if plain_step:
+                self.plain_steps.add(where)
+
+    def _note_values(self, node: ir.Node, state: PathState, frame: Frame) -> None:
+        site = node.node  # type: ignore[union-attr]
+        where = (getattr(site, "lineno", 0), getattr(site, "col_offset", 0))
+        seen = self.observed.setdefault(where, {})
+        for key in self.program.scalers:
+            seen[key] = seen.get(key, frozenset()) | state.scaler(frame.key(key))
 
     def _assign(self, node: ir.Assign, state: PathState, frame: Frame) -> list[PathState]:
         key = frame.key(node.key)
@@ -403,6 +441,7 @@ class Interpreter:
         optimizer = frame.key(node.optimizer)
         pair = (scaler, optimizer)
         if node.method == "step":
+            self._note_fed(node.node, state.pending(optimizer))
             if values & LIVE:
                 self._check_step_inputs(node, state, frame, scaler, optimizer)
                 if pair in state.stepped and not _each(optimizer):
@@ -428,19 +467,19 @@ class Interpreter:
         foreign = sorted(c for c in state.pending(optimizer) if c != scaler)
         if not foreign:
             return
-        source = ("an unscaled backward" if PLAIN in foreign
+        source = ("an unscaled backward" if any(is_plain(c) for c in foreign)
                   else f"a backward scaled by `{foreign[0]}`")
         self.report(UNSCALED_INTO_SCALED_STEP, node.node, frame.function,
                     f"`{node.scaler}.step({node.optimizer})` applies gradients of {source} "
                     f"(since `{node.optimizer}` was last zeroed or stepped): it divides them "
-                    "by the scale too")
+                    "by the scale too", _sources(foreign))
 
     def _backward(self, node: ir.Backward, state: PathState, frame: Frame) -> None:
         if frame.autocast:
             self.report(BACKWARD_IN_AUTOCAST, node.node, frame.function,
                         "a backward runs inside an autocast region; the region should end "
                         "before it")
-        contribution = PLAIN
+        contribution = plain(getattr(node.node, "lineno", 0), getattr(node.node, "col_offset", 0))
         if node.scaler is not None:
             scaler = frame.key(node.scaler)
             if state.scaler(scaler) & LIVE:
@@ -454,7 +493,7 @@ class Interpreter:
             for t in node.targets)
         for optimizer, pending in state.grads.items():
             for scaler in pending:
-                if (scaler != PLAIN and state.live(scaler)
+                if (not is_plain(scaler) and state.live(scaler)
                         and (scaler, optimizer) not in state.unscaled
                         and self._associated(optimizer, targets, state)):
                     self.report(GRADIENTS_READ_SCALED, node.node, frame.function,
@@ -465,7 +504,7 @@ class Interpreter:
             return  # the optimizers named so far are all there is to check
         named = {scaler for scaler, _ in state.unscaled}
         for scaler in state.others:
-            if scaler != PLAIN and state.live(scaler) and scaler not in named:
+            if not is_plain(scaler) and state.live(scaler) and scaler not in named:
                 self.report(GRADIENTS_READ_SCALED, node.node, frame.function,
                             f"gradients of a backward scaled by `{scaler}` are read or "
                             f"changed here before any `{scaler}.unscale_(...)`")
@@ -521,19 +560,31 @@ class Interpreter:
 
     # --- reporting ---
 
-    def report(self, code: Code, node: ast.AST, function: ir.Function, message: str) -> None:
+    def report(
+        self, code: Code, node: ast.AST, function: ir.Function, message: str,
+        sources: tuple[tuple[int, int], ...] = (),
+    ) -> None:
         line, col = getattr(node, "lineno", 1), getattr(node, "col_offset", 0)
         where = (code.id, line, col)
-        if where not in self.violations:
+        known = self.violations.get(where)
+        if known is None:
             self.violations[where] = Violation(code, line, col, function.qualname, message,
                                                ast.unparse(node) if isinstance(node, ast.expr)
-                                               else type(node).__name__)
+                                               else type(node).__name__, sources)
+        elif sources and not set(sources) <= set(known.sources):
+            self.violations[where] = replace(
+                known, sources=tuple(sorted({*known.sources, *sources})))
 
 
 def _related(first: str, second: str) -> bool:
     """One key is the other or part of it (`model` and `model.fc`, `self.nets['g']`)."""
     return (first == second or first.startswith((second + ".", second + "["))
             or second.startswith((first + ".", first + "[")))
+
+
+def _sources(contributions: Iterable[str]) -> tuple[tuple[int, int], ...]:
+    """Where the unscaled backwards among `contributions` are."""
+    return tuple(sorted(position(c) for c in contributions if is_plain(c)))
 
 
 def _each(optimizer: str) -> bool:

@@ -134,6 +134,8 @@ class Violation:
     scope: str
     message: str
     site: str  # the site's code, which identifies it across two versions of a program
+    # the unscaled backwards whose gradients reach the step (AMP702, AMP708), by line, column
+    sources: tuple[tuple[int, int], ...] = ()
 
     @property
     def identity(self) -> tuple[str, str, str]:

@@ -144,6 +144,14 @@ class GradUse:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """A site whose scalers' values a reader of the program asks for (a checkpoint's save or
+    restore): no effect."""
+
+    node: ast.AST
+
+
+@dataclass(frozen=True)
 class Call:
     """A call of a function of this module, its parameters bound to the arguments' keys."""
 
@@ -187,8 +195,8 @@ class Jump:
     kind: str  # "return", "break", "continue", "raise"
 
 
-Node = (Assign | Forget | Build | ScalerCall | Backward | Step | Zero | GradUse | Call | If | Loop
-        | Try | Autocast | Jump)
+Node = (Assign | Forget | Build | ScalerCall | Backward | Step | Zero | GradUse | Probe | Call | If
+        | Loop | Try | Autocast | Jump)
 Block = tuple[Node, ...]
 
 

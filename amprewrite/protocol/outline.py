@@ -22,7 +22,8 @@ BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 # and of the module's functions, classes, scalers and autocast makers. (One alternation of
 # plain words: Python's regular expressions slow down a hundredfold with `\b` alternatives.)
 EVENT_PATTERN = re.compile(r"backward|\.step\(|zero_grad|\.grad\b|clip_grad|clip_gradient|"
-                           r"scale|Scaler|\.update\(|autocast|optim|parameters\(|param_groups")
+                           r"scale|Scaler|\.update\(|autocast|optim|parameters\(|param_groups|"
+                           r"state_dict|\.save\(")
 
 
 @dataclass

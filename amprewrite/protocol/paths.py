@@ -10,7 +10,22 @@ from dataclasses import dataclass, field
 
 from amprewrite.protocol import ir
 
-PLAIN = ""  # the contribution of an unscaled backward (else: the key of the scaler)
+PLAIN = "@"  # an unscaled backward's contribution begins so (then its line:column); else the
+# contribution is the key of the scaler that scaled it
+
+
+def plain(line: int, col: int) -> str:
+    return f"{PLAIN}{line}:{col}"
+
+
+def is_plain(contribution: str) -> bool:
+    return contribution.startswith(PLAIN)
+
+
+def position(contribution: str) -> tuple[int, int]:
+    """Where the unscaled backward of a plain contribution is."""
+    line, col = contribution[len(PLAIN):].split(":")
+    return int(line), int(col)
 LIVE = frozenset({ir.ENABLED, ir.UNKNOWN})  # values under which a scaler scales
 BROKEN = frozenset({ir.NONE, ir.UNBOUND})  # values under which calling it raises
 

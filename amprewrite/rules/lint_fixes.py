@@ -4,6 +4,7 @@ checkpoint without the scaler's state) with the script's own scaler."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from amprewrite.analysis.hazards import MANUAL_CAST
@@ -34,14 +35,23 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     found = analysis.amp_mistakes
     reported = ctx.notes
     ctx.notes = []  # the fixes' own account is not reported: the mistakes are
+    applying = [found, found.unsafe] if ctx.options.unsafe_fixes else [found]
     if found.scaler is not None:
-        scale_backwards(ctx, found.unscaled_backwards)
-        route_steps(ctx, found.bypassing_steps)
-        add_updates(ctx, found.missing_update_after)
-        unscale_before_use(ctx, found.missing_unscales)
-        if found.checkpoints is not None:
-            checkpoint_scaler(ctx, found.checkpoints)
-    ctx.notes = [*reported, *found.notes]
+        for fixes in applying:
+            if fixes is None:
+                continue
+            scale_backwards(ctx, fixes.unscaled_backwards)
+            route_steps(ctx, fixes.bypassing_steps)
+            add_updates(ctx, fixes.missing_update_after)
+            unscale_before_use(ctx, fixes.missing_unscales)
+            if fixes.checkpoints is not None:
+                checkpoint_scaler(ctx, fixes.checkpoints)
+    unsafe = {id(note) for note in found.unsafe_notes}
+    tail = "unsafe fix applied" if ctx.options.unsafe_fixes else (
+        "unsafe fix, not applied: the protocol check sees no path to this site "
+        "(--unsafe-fixes applies it)")
+    ctx.notes = [*reported, *(dataclasses.replace(note, message=f"{note.message} ({tail})")
+                              if id(note) in unsafe else note for note in found.notes)]
     if not ctx.plan:
         ctx.file_findings.append(Finding(
             ALREADY_MIXED_PRECISION, 1, 1,
