@@ -286,6 +286,48 @@ for x, y in loader:
             "unscaled; left unchanged") in [f.format("t.py") for f in result.findings]
 
 
+@pytest.mark.parametrize("critic", ["losses.critic(netD, x)", "netD(x).mean()"])
+def test_every_backward_feeding_a_step_is_scaled_or_none_is(critic: str) -> None:
+    """A WGAN-GP critic: a seeded backward the analysis cannot place (its tensor comes from
+    another module) before the penalty's plain one. Scaling only the penalty would divide the
+    critic's true gradients by the scale: the step stays FP32 with all its backwards, while a
+    critic output it recognises is scaled with the penalty."""
+    source = f'''\
+import torch
+import losses
+
+netD = torch.nn.Linear(2, 1)
+netG = torch.nn.Linear(4, 2)
+optD = torch.optim.SGD(netD.parameters(), lr=0.1)
+optG = torch.optim.SGD(netG.parameters(), lr=0.1)
+mone = torch.tensor(-1.0)
+for x, z in loader:
+    optD.zero_grad()
+    d_real = {critic}
+    d_real.backward(mone)
+    gp = losses.penalty(netD, x, netG(z).detach())
+    gp.backward()
+    optD.step()
+    optG.zero_grad()
+    g = -netD(netG(z)).mean()
+    g.backward()
+    optG.step()
+'''
+    result = rewrite_source(source.encode(), Options())
+    output = result.source.decode()
+    findings = [f.format("t.py") for f in result.findings]
+    assert "scaler.scale(g).backward()" in output and "scaler.step(optG)" in output
+    if critic.startswith("losses."):
+        assert "    gp.backward()\n    optD.step()\n" in output
+        assert ("t.py:15:5: AMP205 `optD.step()` steps the gradients of a backward pass left "
+                "unscaled; left unchanged") in findings
+        assert ("t.py:14:5: AMP201 `gp.backward()` feeds an optimizer step left unchanged; left "
+                "unchanged") in findings
+    else:
+        assert "scaler.scale(d_real).backward(mone)" in output
+        assert "scaler.scale(gp).backward()" in output and "scaler.step(optD)" in output
+
+
 def test_an_unseen_manual_update_in_the_other_branch_keeps_the_step_fp32() -> None:
     source = '''\
 import torch
@@ -371,3 +413,44 @@ train(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
     result = rewrite_source(source.encode(), Options())
     assert result.changed
     assert not [f for f in result.findings if f.code == "AMP215"], result.findings
+
+
+def test_forwards_a_region_runs_are_not_reported_as_fp32() -> None:
+    """A critic helper called only inside the training step's region, and the model calls of
+    a loss computed inline on the backward line of a method, run under autocast: no AMP217,
+    no AMP215."""
+    source = '''\
+import torch
+
+netD = torch.nn.Linear(2, 1)
+netG = torch.nn.Linear(4, 2)
+optD = torch.optim.SGD(netD.parameters(), lr=0.1)
+
+
+def critic(x):
+    return netD(x).mean()
+
+
+class Trainer:
+    def __init__(self):
+        self.optG = torch.optim.SGD(netG.parameters(), lr=0.1)
+
+    def step(self, z):
+        self.optG.zero_grad()
+        (-netD(netG(z))).mean().backward()
+        self.optG.step()
+
+
+trainer = Trainer()
+for x, z in loader:
+    optD.zero_grad()
+    d = critic(x)
+    d.backward()
+    optD.step()
+    trainer.step(z)
+'''
+    result = rewrite_source(source.encode(), Options())
+    output = result.source.decode()
+    assert "    with autocast():\n        d = critic(x)\n" in output
+    assert "with autocast():\n            loss = (-netD(netG(z))).mean()\n" in output
+    assert not [f for f in result.findings if f.code in ("AMP215", "AMP217")], result.findings

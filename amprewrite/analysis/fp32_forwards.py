@@ -87,7 +87,11 @@ def _keeps(call: cst.Call) -> bool:
 
 
 def _covered(regions: list[Region]) -> set[int]:
-    return {id(statement) for region in regions for statement in region.statements}
+    """The statements the regions run under autocast, with the backward line whose inline loss
+    (`netD(netG(z)).mean().backward()`) a region computes."""
+    covered = {id(statement) for region in regions for statement in region.statements}
+    return covered | {id(region.hoist.statement) for region in regions
+                      if region.hoist is not None}
 
 
 def _inside(statement: Statement, covered: set[int], facts: ModuleFacts) -> bool:

@@ -329,7 +329,7 @@ def _pair(
                                  "runs; left unchanged"))
     steps = [site for site in found.steps if site not in unreached]
     removed: list[StepSite] = []
-    for fed in _fed_unscaled(steps, found.scalable, found.unscaled, facts):
+    for fed in _fed_unscaled(steps, found.unscaled, facts):
         result.notes.append(Note(STEP_WITHOUT_BACKWARD, fed.call,
                                  f"`{facts.one_line(fed.optimizer)}.step()` steps the "
                                  "gradients of a backward pass left unscaled; left unchanged"))
@@ -678,18 +678,22 @@ def _unreached_by_backward(
 
 
 def _fed_unscaled(
-    steps: list[StepSite], backwards: list[BackwardSite], unscaled: list[BackwardSite],
-    facts: ModuleFacts,
+    steps: list[StepSite], unscaled: list[BackwardSite], facts: ModuleFacts
 ) -> list[StepSite]:
-    """Steps whose last backward before them in their function is one left alone
-    (`loss.backward(torch.ones_like(loss))`): through the scaler they would divide true
-    gradients by the scale."""
+    """Steps that a backward left alone in their function feeds, since their gradients were
+    last zeroed and since the step before them (`loss.backward(torch.ones_like(loss))`, a
+    WGAN critic's `d_real.backward(mone)` next to a penalty's `gp.backward()`): through the
+    scaler they would divide those true gradients by the scale. Every backward feeding one
+    step is scaled, or none is."""
     fed = []
     for step in steps:
         end = facts.order[step.statement]
-        before = [b for b in [*backwards, *unscaled]
-                  if b.function is step.function and facts.order[b.statement] < end]
-        if before and max(before, key=lambda b: facts.order[b.statement]) in unscaled:
+        start = max([_since_zeroed(step, facts),
+                     *(facts.order[other.statement] for other in steps
+                       if other.function is step.function
+                       and facts.order[other.statement] < end)])
+        if any(b.function is step.function and start < facts.order[b.statement] < end
+               for b in unscaled):
             fed.append(step)
     return fed
 
