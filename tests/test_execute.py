@@ -88,6 +88,7 @@ RUNNABLE = [
     Runnable("saliency_and_train"),
     Runnable("rule_opaque_clip_helpers"),
     Runnable("rule_learner_object_backward"),
+    Runnable("rule_learner_callbacks"),
     Runnable("rule_escape_samples_and_distances", rtol=0.1, fp16_rtol=0.1),
     Runnable("rule_seeded_backward_wgan", rtol=0.15, fp16_rtol=0.15),
     Runnable("rule_seeded_critic_variants"),

@@ -454,3 +454,115 @@ for x, z in loader:
     assert "    with autocast():\n        d = critic(x)\n" in output
     assert "with autocast():\n            loss = (-netD(netG(z))).mean()\n" in output
     assert not [f for f in result.findings if f.code in ("AMP215", "AMP217")], result.findings
+
+
+LEARNER = '''\
+import torch
+
+
+class Learner:
+    def __init__(self, model, data):
+        self.model, self.data = model, data
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def one_batch(self, x, y):
+        self.loss = torch.nn.functional.mse_loss(self.model(x), y)
+        self.backward(); self.step()
+        self.zero_grad()
+
+    def fit(self):
+        for x, y in self.data:
+            self.one_batch(x, y)
+{methods}
+
+learn = Learner(torch.nn.Linear(4, 2), loader)
+learn.fit()
+learn.zero_grad(); learn.step()
+'''
+KEEPING = '''
+
+    def backward(self):
+        self.loss.backward()
+
+    def step(self):
+        self.opt.step()
+
+    def zero_grad(self):
+        self.opt.zero_grad()
+
+
+class MomentumLearner(Learner):
+    def zero_grad(self):
+        for p in self.model.parameters():
+            p.grad.mul_(0.9)
+'''
+
+
+def test_a_learner_that_zeroes_and_steps_itself_is_no_optimizer() -> None:
+    """`self.zero_grad()` and `self.step()` (dispatched by `__getattr__` to callbacks), or
+    `learn.zero_grad(); learn.step()` of a Learner instance: never `scaler.step(self)`."""
+    result = rewrite_source(LEARNER.format(methods="").encode(), Options())
+    output = result.source.decode()
+    assert "scaler.step(self)" not in output and "scaler.step(learn)" not in output
+    assert ("t.py:11:26: AMP202 `self.step()`: receiver not recognised as an optimizer; left "
+            "unchanged") in [f.format("t.py") for f in result.findings]
+
+
+def test_a_step_a_subclass_runs_with_gradients_it_keeps_stays_fp32() -> None:
+    """`MomentumLearner` inherits `step` and `backward` and keeps a share of the gradients in
+    its `zero_grad`: the inherited step and the backward stay FP32 (a scaled backward before a
+    plain step would apply gradients times the scale)."""
+    result = rewrite_source(LEARNER.format(methods=KEEPING).encode(), Options())
+    assert "scaler" not in result.source.decode()
+    findings = [f.format("t.py") for f in result.findings]
+    assert ("t.py:23:9: AMP226 `self.opt.step()` adds to the gradients `zero_grad()` keeps (it "
+            "writes `.grad` instead of zeroing it), which a scaler would divide by the scale "
+            "again; left unchanged") in findings
+    assert ("t.py:20:9: AMP201 `self.loss.backward()` feeds an optimizer step left unchanged; "
+            "left unchanged") in findings
+
+
+@pytest.mark.parametrize(("metric", "autocast"), [
+    ("self.losses.append(self.loss.item())", True),
+    ("self.hits += (self.preds.argmax(1) == self.y).sum().item()", True),
+    ("self.seen.append(self.preds.detach().numpy())", False),
+])
+def test_stored_predictions_are_autocast_only_where_nothing_else_reads_them(
+    metric: str, autocast: bool
+) -> None:
+    """A Learner's `predict` and `get_loss` store what `backward` reads: they run under
+    autocast unless another method reads the low-precision values (numpy has no bfloat16)."""
+    source = f'''\
+import torch
+
+
+class Learner:
+    def __init__(self, model):
+        self.model = model
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.losses, self.seen, self.hits = [], [], 0
+
+    def predict(self):
+        self.preds = self.model(self.x)
+
+    def get_loss(self):
+        self.loss = torch.nn.functional.cross_entropy(self.preds, self.y)
+
+    def backward(self):
+        self.loss.backward()
+
+    def after_step(self):
+        {metric}
+
+    def fit(self, data):
+        for self.x, self.y in data:
+            self.predict()
+            self.get_loss()
+            self.backward()
+            self.opt.step()
+            self.opt.zero_grad()
+            self.after_step()
+'''
+    output = rewrite_source(source.encode(), Options()).source.decode()
+    assert "self.scaler.scale(self.loss).backward()" in output
+    assert ("with autocast():\n            self.preds = self.model(self.x)" in output) is autocast

@@ -301,12 +301,24 @@ class KindTable:
                 if key is not None:
                     methods_by_key.setdefault(key, set()).add(call.func.attr.value)
         for key, methods in methods_by_key.items():
-            if key in self.kinds:
+            if key in self.kinds or self._an_object(key):
                 continue
             if {"zero_grad", "step"} <= methods:
                 self._set(key, Kind.OPTIMIZER)
             elif "eval" in methods and "step" not in methods:
                 self._set(key, Kind.MODEL)
+
+    def _an_object(self, key: str) -> bool:
+        """`self` (a Learner calling its own `zero_grad()` and `step()`, which its callbacks
+        define), or a key some assignment makes an instance of a class that is no optimizer
+        (`learn = Learner(...)`): its methods say nothing of its kind."""
+        if key in ("self", "cls"):
+            return True
+        return any(
+            key in b.keys and isinstance(b.value, cst.Call)
+            and (dotted(b.value.func) or "").rsplit(".", 1)[-1][:1].isupper()
+            and self.kind_of_value(b.value) is not Kind.OPTIMIZER
+            for b in self.facts.bindings)
 
     def _from_call_sites(self) -> None:
         by_name = {f.name.value: f for f in self.facts.functions}

@@ -19,6 +19,10 @@ from amprewrite.analysis.definite_binding import (
 )
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement, body
 from amprewrite.analysis.forward import computes, is_model_call
+from amprewrite.analysis.kept_gradients import (
+    GRADIENTS_KEPT_ACROSS_STEPS,
+    keeps_gradients,
+)
 from amprewrite.analysis.kinds import (
     Kind,
     KindTable,
@@ -329,7 +333,18 @@ def _pair(
                                  "runs; left unchanged"))
     steps = [site for site in found.steps if site not in unreached]
     removed: list[StepSite] = []
-    for fed in _fed_unscaled(steps, found.unscaled, facts):
+    keeping: set[cst.ClassDef] = set()  # classes whose `zero_grad` keeps the gradients
+    for step in steps:
+        keeper = keeps_gradients(step, facts)
+        if keeper is not None:
+            keeping |= {facts.function_class[keeper], facts.function_class[step.function]}  # type: ignore[index]
+            result.notes.append(Note(GRADIENTS_KEPT_ACROSS_STEPS, step.call,
+                                     f"`{facts.one_line(step.optimizer)}.step()` adds to the "
+                                     f"gradients `{keeper.name.value}()` keeps (it writes "
+                                     "`.grad` instead of zeroing it), which a scaler would "
+                                     "divide by the scale again; left unchanged"))
+            removed.append(step)
+    for fed in _fed_unscaled([s for s in steps if s not in removed], found.unscaled, facts):
         result.notes.append(Note(STEP_WITHOUT_BACKWARD, fed.call,
                                  f"`{facts.one_line(fed.optimizer)}.step()` steps the "
                                  "gradients of a backward pass left unscaled; left unchanged"))
@@ -351,10 +366,13 @@ def _pair(
         removed.append(fed)
     # A backward feeding a step left unchanged stays unscaled, and so does every step it
     # also feeds: a scaled backward before a plain step would step gradients times the scale.
+    # (The backwards of a class whose `zero_grad` keeps the gradients feed its steps, from
+    # whichever of its methods they run in.)
     held: list[BackwardSite] = []
     while True:
         held = [b for b in found.scalable
-                if any(_feeds(b, step, facts, kinds) for step in removed)]
+                if any(_feeds(b, step, facts, kinds) for step in removed)
+                or _method_of(b.function, keeping, facts)]
         more = [step for step in steps if step not in removed
                 and any(_feeds(b, step, facts, kinds) for b in held)]
         if not more:
@@ -367,6 +385,12 @@ def _pair(
         removed.extend(more)
     steps = [site for site in steps if site not in removed]
     return _paired_backwards(found, steps, facts, kinds, result, held), steps
+
+
+def _method_of(
+    function: cst.FunctionDef | None, classes: set[cst.ClassDef], facts: ModuleFacts
+) -> bool:
+    return function is not None and facts.function_class.get(function) in classes
 
 
 def _feeds(backward: BackwardSite, step: StepSite, facts: ModuleFacts, kinds: KindTable) -> bool:
