@@ -92,6 +92,7 @@ RUNNABLE = [
     Runnable("rule_escape_samples_and_distances", rtol=0.1, fp16_rtol=0.1),
     Runnable("rule_seeded_backward_wgan", rtol=0.15, fp16_rtol=0.15),
     Runnable("rule_seeded_critic_variants"),
+    Runnable("rule_lazy_regularisation"),
     Runnable("rule_autograd_backward"),
     Runnable("rule_autograd_backward", style="O1_plain"),
     Runnable("rule_optimizer_under_same_test", rtol=0.1, fp16_rtol=0.05),

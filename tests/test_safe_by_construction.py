@@ -566,3 +566,32 @@ class Learner:
     output = rewrite_source(source.encode(), Options()).source.decode()
     assert "self.scaler.scale(self.loss).backward()" in output
     assert ("with autocast():\n            self.preds = self.model(self.x)" in output) is autocast
+
+
+def test_an_update_after_each_step_keeps_no_unscale_across_it() -> None:
+    """`update()` after each step serves an optimizer stepped twice per iteration, but not
+    where it would fall between an optimizer's `unscale_` and its step (torch forgets the
+    unscale, and the step would divide the gradients by the scale again)."""
+    source = '''\
+import torch
+
+model = torch.nn.Linear(4, 2)
+head = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+head_opt = torch.optim.SGD(head.parameters(), lr=0.1)
+for i, (x, y) in enumerate(loader):
+    opt.zero_grad()
+    head_opt.zero_grad()
+    loss = head(model(x)).pow(2).mean()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    head_opt.step()
+    opt.step()
+    if i % 4 == 0:
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+'''
+    result = rewrite_source(source.encode(), Options())
+    assert not result.changed
+    assert any(f.code == "AMP210" for f in result.findings), result.findings

@@ -257,6 +257,7 @@ class TrainingSteps:
     steps: list[StepSite] = field(default_factory=list)  # to route through the scaler
     updates_after: list[StepSite] = field(default_factory=list)  # steps followed by update()
     updates_at: list[UpdatePoint] = field(default_factory=list)  # other update() positions
+    updated_per_step: set[int] = field(default_factory=set)  # ids: update() after each step
     regions: list[Region] = field(default_factory=list)  # forward + loss, to autocast
     unscales: list[Unscale] = field(default_factory=list)  # before clipping / reading .grad
     clips: list[Clip] = field(default_factory=list)  # gradient clipping between backward/step
@@ -535,6 +536,7 @@ def _plan_scaler(
     result.steps = steps
     result.updates_after = protocol.updates_after
     result.updates_at = protocol.updates_at
+    result.updated_per_step = protocol.per_step
     result.unscales, result.clips, result.grad_reads = unscales, uses.clips, uses.reads
     for call, step in uses.unguarded:
         result.notes.append(Note(OPAQUE_CALL_ON_SCALED_GRADIENTS, call,
