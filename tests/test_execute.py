@@ -93,6 +93,7 @@ RUNNABLE = [
     Runnable("rule_seeded_backward_wgan", rtol=0.15, fp16_rtol=0.15),
     Runnable("rule_seeded_critic_variants"),
     Runnable("rule_lazy_regularisation"),
+    Runnable("rule_optimizer_attribute_dicts"),
     Runnable("rule_autograd_backward"),
     Runnable("rule_autograd_backward", style="O1_plain"),
     Runnable("rule_optimizer_under_same_test", rtol=0.1, fp16_rtol=0.05),

@@ -595,3 +595,24 @@ for i, (x, y) in enumerate(loader):
     result = rewrite_source(source.encode(), Options())
     assert not result.changed
     assert any(f.code == "AMP210" for f in result.findings), result.findings
+
+
+def test_a_backward_whose_step_is_left_alone_names_that_step() -> None:
+    """AMP201 does not say "no optimizer step in this file" when there is one it leaves
+    alone: it names it (its own finding says why)."""
+    source = '''\
+import torch
+
+nets = {"g": torch.nn.Linear(4, 2)}
+optims = {"g": torch.optim.Adam(nets["g"].parameters())}
+for x in loader:
+    loss = nets["g"](x).pow(2).mean()
+    loss.backward()
+    registry.lookup("g").step()
+'''
+    findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
+    assert findings[:2] == [
+        "t.py:7:5: AMP201 `loss.backward()` feeds no optimizer step the rewrite can route "
+        "(`registry.lookup(\"g\").step()` is left unchanged, as its finding says); left unchanged",
+        "t.py:8:5: AMP202 `registry.lookup(\"g\").step()`: receiver not recognised as an "
+        "optimizer; left unchanged"], findings

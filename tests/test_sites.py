@@ -150,3 +150,24 @@ def test_a_seeded_backward_of_a_model_output_is_scalable(source: str, kind: Back
     facts = collect(cst.parse_module(SEEDED_PREAMBLE + source))
     sites = call_sites(facts, KindTable(facts))
     assert [site.kind for site in sites.backwards] == [kind] * len(sites.backwards)
+
+
+@pytest.mark.parametrize(("source", "kind"), [
+    ("optims = EasyDict(g=torch.optim.Adam(g.parameters()))\noptims.g.step()\n",
+     Kind.OPTIMIZER),
+    ("optims = munchify({'g': torch.optim.Adam(g.parameters())})\noptims.g.step()\n",
+     Kind.OPTIMIZER),
+    ("class T:\n    def __init__(self, nets):\n        self.opt = edict()\n"
+     "        for name, net in nets.items():\n"
+     "            self.opt[name] = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+     "    def step(self):\n        self.opt.critic.step()\n", Kind.OPTIMIZER),
+    # a plain dict's items are no attributes; a container's own methods are no items
+    ("optims = {}\noptims['g'] = torch.optim.Adam(g.parameters())\noptims.g.step()\n", None),
+    ("optims = EasyDict(g=torch.optim.Adam(g.parameters()))\noptims.values.step()\n", None),
+    ("cfg = EasyDict(lr=0.1, epochs=3)\ncfg.lr.step()\n", None),
+])
+def test_the_attributes_of_an_attribute_dict_of_optimizers_are_optimizers(
+    source: str, kind: Kind | None
+) -> None:
+    facts = collect(cst.parse_module("import torch\n" + source))
+    assert [site.kind for site in call_sites(facts, KindTable(facts)).steps] == [kind]

@@ -295,6 +295,7 @@ class _Sites:
     unscaled: list[BackwardSite] = field(default_factory=list)  # left alone: stay unscaled
     steps: list[StepSite] = field(default_factory=list)  # optimizer steps without a closure
     closure_functions: set[str] = field(default_factory=set)  # `optimizer.step(closure)`
+    unrecognised: list[StepSite] = field(default_factory=list)  # receivers left alone (AMP202)
 
 
 def _classify_sites(facts: ModuleFacts, kinds: KindTable, result: TrainingSteps) -> _Sites:
@@ -483,9 +484,12 @@ def _paired_backwards(
                                      "an optimizer closure, whose step cannot be scaled; "
                                      "left unscaled"))
         elif not steps:
-            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
-                                     f"`{text}` has no optimizer "
-                                     "step in this file; left unchanged"))
+            left = _step_left_alone(backward, found, facts)
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call, (
+                f"`{text}` has no optimizer step in this file; left unchanged"
+                if left is None else f"`{text}` feeds no optimizer step the rewrite can "
+                f"route (`{facts.one_line(left.optimizer)}.step()` is left unchanged, as "
+                "its finding says); left unchanged")))
         elif _before_the_loop(backward, steps, facts, kinds):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}` runs before the training loop, "
@@ -499,6 +503,18 @@ def _paired_backwards(
         else:
             backwards.append(backward)
     return backwards
+
+
+def _step_left_alone(
+    backward: BackwardSite, found: _Sites, facts: ModuleFacts
+) -> StepSite | None:
+    """A `.step()` of the file left alone that this backward may feed: the first after it in
+    its function, else the first of the file."""
+    candidates = [*found.steps, *found.unrecognised]
+    candidates.sort(key=lambda s: facts.order[s.statement])
+    position = facts.order[backward.statement]
+    return next((s for s in candidates if s.function is backward.function
+                 and facts.order[s.statement] > position), candidates[0] if candidates else None)
 
 
 def _plan_scaler(
@@ -612,6 +628,7 @@ def _classify_step(
     if not site.steps_optimizer:
         if site.kind is None and not site.with_arguments and _has_backward(
                 site.function, sites):
+            found.unrecognised.append(site)
             result.notes.append(Note(UNKNOWN_STEP_RECEIVER, site.call,
                                      f"`{facts.one_line(site.optimizer)}.step()`: "
                                      "receiver not recognised as an optimizer; left unchanged"))
