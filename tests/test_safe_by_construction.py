@@ -177,6 +177,61 @@ trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1))
     assert not any("AMP215" in f and ":19:" in f for f in findings)  # the training forward
 
 
+ATTACKS = '''\
+import torch
+import torch.nn.functional as F
+
+
+class PGD:
+    def __init__(self, model, steps=3):
+        self.model, self.steps = model, steps
+
+    def perturb(self, x, y):
+        x_adv = x.clone().detach()
+        for _ in range(self.steps):
+            x_adv.requires_grad_(True)
+            loss_adv = F.cross_entropy(self.model(x_adv), y)
+            grad = torch.autograd.grad(loss_adv, x_adv)[0]
+            x_adv = (x_adv + 0.01 * grad.sign()).detach()
+        return x_adv
+
+
+def fgsm(model, x, y):
+    x = x.clone().requires_grad_(True)
+    grad, = torch.autograd.grad(F.cross_entropy(model(x), y), [x])
+    return (x + 0.05 * grad.sign()).detach()
+
+
+{train}
+'''
+
+
+@pytest.mark.parametrize("train", [
+    # at module level
+    "model = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "attacker = PGD(model)\nfor x, y in loader:\n    x_adv = attacker.perturb(x, y)\n"
+    "    x_fast = fgsm(model, x, y)\n    opt.zero_grad()\n"
+    "    loss = F.cross_entropy(model(x_adv), y) + F.cross_entropy(model(x_fast), y)\n"
+    "    loss.backward()\n    opt.step()\nprint(model(x).sum())\n",
+    # in a function
+    "def train(model, opt, loader):\n    attacker = PGD(model)\n    for x, y in loader:\n"
+    "        x_adv = attacker.perturb(x, y)\n        x_fast = fgsm(model, x, y)\n"
+    "        opt.zero_grad()\n"
+    "        loss = F.cross_entropy(model(x_adv), y) + F.cross_entropy(model(x_fast), y)\n"
+    "        loss.backward()\n        opt.step()\n\n\nmodel = torch.nn.Linear(8, 2)\n"
+    "train(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)\n",
+])
+def test_an_attack_computing_its_gradient_with_autograd_grad_is_reported_as_fp32(
+    train: str
+) -> None:
+    """An attack object's `perturb` and an FGSM function differentiate with
+    `torch.autograd.grad`, not `.backward()`: their forward passes stay FP32 and say so."""
+    result = rewrite_source(ATTACKS.format(train=train).encode(), Options())
+    reported = {f.line for f in result.findings if f.code == "AMP215"}
+    assert {13, 21} <= reported, result.findings
+    assert "scaler.scale(loss).backward()" in result.source.decode()
+
+
 # Every save of an optimizer's state carries the scaler's, or says why not ------------------
 def test_a_save_where_no_scaler_can_be_named_is_reported() -> None:
     """A callback in the entry module saves `trainer.optimizer`'s state; the training step,
