@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from amprewrite.notebook_script import cells as notebook_cells
 from tests.execution import (
     BFLOAT16,
     DTYPE_ENVS,
@@ -186,6 +187,35 @@ def test_inference_only_script_autocasts_without_a_scaler(dtype: str) -> None:
     assert set(fp32.eval_dtypes) == {FLOAT32}
     assert dtype in amp.eval_dtypes
     assert "GradScaler" not in (directory / "expected_O1.py").read_text()
+
+
+NOTEBOOKS_DIR = FIXTURES_DIR / "notebooks"
+
+
+def _notebook_script(notebook: Path, script: Path) -> Job:
+    """The notebook's code cells, in order, as one script (what a kernel runs top to bottom)."""
+    script.write_text("\n\n".join(source for _, source in notebook_cells(notebook)) + "\n")
+    return Job.of(script)
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_rewritten_notebook_cells_train_like_fp32(dtype: str, tmp_path: Path) -> None:
+    """demo_cells: gradient descent by hand and a gradient read before any optimizer stay FP32
+    and unscaled; the optimizer stepped in two top-level cells trains in low precision."""
+    directory = NOTEBOOKS_DIR / "demo_cells"
+    fp32_job = _notebook_script(directory / "input.ipynb", tmp_path / "fp32.py")
+    amp_job = _notebook_script(directory / "expected_O1.ipynb", tmp_path / "amp.py")
+    amp_job = Job.of(amp_job.path, env=DTYPE_ENVS[dtype])
+    fp32, amp = run_scripts([fp32_job, amp_job])
+    assert fp32.ok and amp.ok, amp.explain()
+    assert dtype in amp.train_dtypes
+    assert amp.optimizer_steps == fp32.optimizer_steps
+    demo = 31  # the hand-made loop's 30 backwards and `(a ** 2).backward()`
+    if dtype == FLOAT16:
+        assert amp.backward_scaled[:demo] == [False] * demo and all(amp.backward_scaled[demo:])
+        fp32 = fp32_twin(fp32_job, amp).run()
+    assert amp.losses[:demo] == pytest.approx(fp32.losses[:demo], rel=1e-6)
+    _assert_close(amp, fp32, 0.02 if dtype == FLOAT16 else 0.05)
 
 
 def test_opt_level_override_runs_the_rewrite_in_fp32() -> None:

@@ -496,7 +496,7 @@ def _paired_backwards(
                                      "whose optimizer steps never see its gradients; left "
                                      "unchanged"))
         elif (function is not None and not _steps_in(function, steps, facts, kinds)
-              and reads_grad(function)):
+              and reads_grad(function)) or _read_at_module_level(backward, steps, facts, kinds):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}` computes "
                                      "gradients that are read, not stepped; left unchanged"))
@@ -755,6 +755,30 @@ def _before_the_loop(
     own = [step for step in steps if step.function is backward.function]
     return (facts.enclosing_loop(backward.statement) is None and bool(own)
             and all(_training_loop(step.statement, facts, kinds) for step in own))
+
+
+def _read_at_module_level(
+    backward: BackwardSite, steps: list[StepSite], facts: ModuleFacts, kinds: KindTable
+) -> bool:
+    """A backward at module level whose gradients are read and that feeds no step (they are
+    zeroed before any step): a notebook's demonstration, gradient descent by hand in a loop
+    that steps no optimizer (`w -= lr * w.grad`) or `(a ** 2).backward(); a.grad` before
+    the optimizer's cells. Its gradients are read, not stepped."""
+    if backward.function is not None or any(_feeds(backward, s, facts, kinds) for s in steps):
+        return False
+    loop = facts.enclosing_loop(backward.statement)
+    if loop is not None:
+        return reads_grad(loop) and not any(
+            loop in facts.enclosing_statements(step.statement) for step in steps) and not (
+            summaries_of(facts, kinds).of_node(loop, None).steps)
+    # read before the next backward or step of the module
+    start = facts.order[backward.statement]
+    ends = [facts.order[site.statement] for site in [*steps, *call_sites(facts, kinds).backwards]
+            if site.function is None and facts.order[site.statement] > start]
+    end = min(ends, default=len(facts.order))
+    return any(start <= facts.order[statement] < end and reads_grad(statement)
+               for statement in facts.statements if facts.statements[statement].function is None
+               and not isinstance(statement, cst.BaseCompoundStatement))
 
 
 def _training_loop(statement: Statement, facts: ModuleFacts, kinds: KindTable) -> bool:

@@ -130,7 +130,8 @@ def add_updates(
 
 
 # Where one optimizer steps twice in an iteration (lazy regularisation): one update per step.
-_EACH_STEP = "this step, as after each step of the iteration (it steps an optimizer twice)"
+_EACH_STEP = ("this step, as after every step of the iteration (or script): an optimizer "
+              "steps more than once in it")
 
 
 def add_updates_at(
