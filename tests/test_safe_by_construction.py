@@ -671,3 +671,35 @@ for x in loader:
         "(`registry.lookup(\"g\").step()` is left unchanged, as its finding says); left unchanged",
         "t.py:8:5: AMP202 `registry.lookup(\"g\").step()`: receiver not recognised as an "
         "optimizer; left unchanged"], findings
+
+
+@pytest.mark.parametrize(("demo", "left_alone"), [
+    # gradient descent by hand, then the optimizer's training: the demo is no training step
+    ("for i in range(5):\n    l = (w * 3).pow(2).sum()\n    l.backward()\n"
+     "    with torch.no_grad():\n        w -= 0.1 * w.grad\n        w.grad.zero_()\n", True),
+    ("(w * 3).sum().backward()\nprint(w.grad)\n", True),
+    # micro-batches whose gradients a step after the loop applies: they feed that step
+    ("for micro in chunks:\n    model(micro).sum().backward()\n    print(w.grad)\n"
+     "optimizer.step()\n", False),
+])
+def test_a_module_level_backward_read_and_never_stepped_is_no_training_step(
+    demo: str, left_alone: bool
+) -> None:
+    source = f"""\\
+import torch
+
+w = torch.zeros(3, requires_grad=True)
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+{demo}
+for x in loader:
+    optimizer.zero_grad()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+    result = rewrite_source(source.encode(), Options())
+    demo_lines = range(6, 6 + demo.count("\n"))
+    read = [f for f in result.findings if f.code == "AMP201" and f.line in demo_lines]
+    assert bool(read) is left_alone, result.findings
+    assert ("scaler.scale(loss).backward()" in result.source.decode()) is left_alone
