@@ -253,6 +253,95 @@ class Checkpoint:
             "elsewhere)") in [f.format("t.py") for f in result.findings]
 
 
+RESTORE = '''\
+import torch
+{imports}
+
+{helper}
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+{restore}
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+'''
+RESTORER = '''\
+def restart_from_checkpoint(path, **kwargs):
+    checkpoint = torch.load(path)
+    for key, value in kwargs.items():
+        {guard}value.load_state_dict(checkpoint[key])
+
+'''
+
+
+@pytest.mark.parametrize(("imports", "helper", "restore", "expected", "code"), [
+    # a keyword-driven restorer of the file, loading only what the checkpoint has
+    ("", RESTORER.format(guard="if key in checkpoint:\n            "),
+     "restart_from_checkpoint(path, state_dict=model, optimizer=optimizer)",
+     "    optimizer=optimizer,\n    scaler=scaler,\n)", "AMP121"),
+    # ... and one that would fail on a checkpoint written before the rewrite
+    ("", RESTORER.format(guard=""),
+     "restart_from_checkpoint(path, state_dict=model, optimizer=optimizer)",
+     "restart_from_checkpoint(path, state_dict=model, optimizer=optimizer)\n", "AMP227"),
+    # a restorer the file imports, and a restore from an expression
+    ("import utils", "", "utils.restart_from_checkpoint(path, optimizer=optimizer)",
+     "utils.restart_from_checkpoint(path, optimizer=optimizer)\n", "AMP227"),
+    ("", "", "optimizer.load_state_dict(torch.load(path)['opt'])",
+     "optimizer.load_state_dict(torch.load(path)['opt'])\n", "AMP227"),
+    # a pickled optimizer resumed by assignment
+    ("", "", "checkpoint = torch.load(path)\noptimizer = checkpoint['optimizer']",
+     "optimizer = checkpoint['optimizer']\nscaler = GradScaler()\nif 'scaler' in checkpoint:\n"
+     "    scaler.load_state_dict(checkpoint['scaler'])\n", "AMP121"),
+])
+def test_every_restore_of_an_optimizer_restores_the_scaler_or_says_why_not(
+    imports: str, helper: str, restore: str, expected: str, code: str
+) -> None:
+    source = RESTORE.format(imports=imports, helper=helper, restore=restore)
+    result = rewrite_source(source.encode(), Options())
+    assert expected in result.source.decode()
+    restore_line = source.splitlines().index(restore.splitlines()[-1]) + 1
+    assert any(f.code == code and f.line == restore_line for f in result.findings), (
+        result.findings)
+
+
+def test_a_pickled_optimizer_is_saved_with_the_scaler_state_not_the_options() -> None:
+    """`{"optimizer": optimizer}` pickles the optimizer: the scaler's state joins it;
+    `{"opt": opt}` holds the script's options."""
+    source = RESTORE.format(imports="", helper="", restore="opt = parser.parse_args()") + (
+        "torch.save({'model': model, 'optimizer': optimizer}, 'a.pt')\n"
+        "torch.save({'model': model, 'opt': opt}, 'b.pt')\n")
+    output = rewrite_source(source.encode(), Options()).source.decode()
+    assert "    'optimizer': optimizer,\n    'scaler': scaler.state_dict(),\n}, 'a.pt')" in output
+    assert "torch.save({'model': model, 'opt': opt}, 'b.pt')" in output
+
+
+def test_a_callback_module_with_evaluation_reports_its_optimizer_save_and_restore() -> None:
+    """Evaluation gets autocast, but no scaler can be named for the trainer's optimizer the
+    callbacks save and restore (the training step is in another file)."""
+    source = '''\
+import torch
+from trainer import Trainer
+
+
+def evaluate(model, loader):
+    with torch.no_grad():
+        return sum(model(x).sum().item() for x in loader)
+
+
+def on_epoch_end(trainer):
+    torch.save({"optimizer": trainer.optimizer.state_dict()}, "last.pt")
+
+
+def on_start(trainer):
+    trainer.optimizer.load_state_dict(torch.load("last.pt")["optimizer"])
+'''
+    findings = [f for f in rewrite_source(source.encode(), Options()).findings]
+    assert [(f.code, f.line) for f in findings if f.code in ("AMP126", "AMP227")] == [
+        ("AMP126", 11), ("AMP227", 15)], findings
+
+
 def test_optimizer_states_in_a_list_are_reported_where_no_entry_can_join() -> None:
     source = '''\
 import torch

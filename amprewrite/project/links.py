@@ -204,13 +204,14 @@ def _scaler_sites(analysis: ModuleAnalysis) -> list[tuple[CallSite, str | None]]
 
 
 def _saved_optimizer(entry: cst.CSTNode) -> str | None:
-    """`optimizer` of a saved `optimizer.state_dict()` entry."""
+    """`optimizer` of a saved `optimizer.state_dict()` entry, or of the optimizer pickled
+    itself (`"optimizer": optimizer`)."""
     value = getattr(entry, "value", None)
     if isinstance(entry, cst.SimpleStatementLine):
         value = getattr(entry.body[0], "value", None)
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
         return receiver_key(value.func.value)
-    return None
+    return receiver_key(value) if isinstance(value, cst.Name | cst.Attribute) else None
 
 
 def _receiving(

@@ -103,6 +103,9 @@ def _gather(top: ast.stmt, imports: list[ast.Import | ast.ImportFrom]) -> _State
             values = [*node.args, *(k.value for k in node.keywords)]
             found.uses.update(v.id for v in values if isinstance(v, ast.Name)
                               and kind_from_name(v.id, (Kind.OPTIMIZER,)) is Kind.OPTIMIZER)
+        elif isinstance(node, ast.Dict):  # `{"optimizer": optimizer}`: pickled in a checkpoint
+            found.uses.update(v.id for v in node.values if isinstance(v, ast.Name)
+                              and kind_from_name(v.id, (Kind.OPTIMIZER,)) is Kind.OPTIMIZER)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             imports.append(node)
         elif isinstance(node, ast.ClassDef):  # a base class's module shares its attributes
