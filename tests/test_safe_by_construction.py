@@ -792,3 +792,24 @@ for x in loader:
     read = [f for f in result.findings if f.code == "AMP201" and f.line in demo_lines]
     assert bool(read) is left_alone, result.findings
     assert ("scaler.scale(loss).backward()" in result.source.decode()) is left_alone
+
+
+def test_a_backward_stepped_by_another_modules_wrapper_says_which_call_steps_it() -> None:
+    """A scheduled optimizer wrapper of another module steps the optimizer in its
+    `step_and_update_lr()`: the rewrite does not route a step through it, and says so."""
+    source = '''\
+import torch
+from transformer.Optim import ScheduledOptim
+
+model = torch.nn.Linear(4, 2)
+optimizer = ScheduledOptim(torch.optim.Adam(model.parameters()), 2.0, 64, 4000)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step_and_update_lr()
+'''
+    findings = [f.format("t.py") for f in rewrite_source(source.encode(), Options()).findings]
+    assert ("t.py:9:5: AMP201 `loss.backward()` has no optimizer step in this file: if "
+            "`optimizer.step_and_update_lr()` steps one (a method of an object from another "
+            "module), the rewrite does not route a step through it; left unchanged") in findings

@@ -485,11 +485,19 @@ def _paired_backwards(
                                      "left unscaled"))
         elif not steps:
             left = _step_left_alone(backward, found, facts)
-            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call, (
-                f"`{text}` has no optimizer step in this file; left unchanged"
-                if left is None else f"`{text}` feeds no optimizer step the rewrite can "
-                f"route (`{facts.one_line(left.optimizer)}.step()` is left unchanged, as "
-                "its finding says); left unchanged")))
+            stepper = _stepping_call_after(backward, facts) if left is None else None
+            if left is not None:
+                message = (f"`{text}` feeds no optimizer step the rewrite can route "
+                           f"(`{facts.one_line(left.optimizer)}.step()` is left unchanged, as "
+                           "its finding says); left unchanged")
+            elif stepper is not None:
+                message = (f"`{text}` has no optimizer step in this file: if "
+                           f"`{facts.one_line(stepper.func)}()` steps one (a method of an "
+                           "object from another module), the rewrite does not route a step "
+                           "through it; left unchanged")
+            else:
+                message = f"`{text}` has no optimizer step in this file; left unchanged"
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call, message))
         elif _before_the_loop(backward, steps, facts, kinds):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}` runs before the training loop, "
@@ -503,6 +511,21 @@ def _paired_backwards(
         else:
             backwards.append(backward)
     return backwards
+
+
+def _stepping_call_after(backward: BackwardSite, facts: ModuleFacts) -> cst.Call | None:
+    """The first call after `backward` in its function of a method named for stepping that is
+    not `.step()` itself (`optimizer.step_and_update_lr()` of a wrapper from another
+    module), of an object the file does not define."""
+    position = facts.order[backward.statement]
+    own = {f.name.value for f in facts.functions}
+    for site in facts.calls:
+        func = site.call.func
+        if (site.function is backward.function and facts.order[site.statement] >= position
+                and isinstance(func, cst.Attribute) and "step" in func.attr.value
+                and func.attr.value != "step" and func.attr.value not in own):
+            return site.call
+    return None
 
 
 def _step_left_alone(
