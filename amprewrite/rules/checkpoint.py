@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amprewrite.analysis.checkpoints import Checkpoints, KeywordRestore, SavedState
+from amprewrite.analysis.facts import Statement
+from amprewrite.analysis.names import dotted, iter_keys
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.context import RuleContext
@@ -143,7 +145,8 @@ def checkpoint_scaler(
         assert isinstance(subscript, cst.Subscript)
         quote = _subscript_quote(subscript)
         key = f"{quote}{checkpoints.key}{quote}"
-        _restore_after(ctx, restored.site.statement, restored.checkpoint, key)
+        statement = _after_optimizer_loop(ctx, restored.site.statement, restored.optimizer)
+        _restore_after(ctx, statement, restored.checkpoint, key)
     for assigned in checkpoints.assigned:
         quote = _subscript_quote(assigned.subscript)
         _restore_after(ctx, assigned.statement, assigned.checkpoint,
@@ -155,6 +158,19 @@ def checkpoint_scaler(
             ctx.notes.append(Note(SCALER_NOT_RESTORED, node, f"{what}: restore "
                                   f"`{ctx.scaler_expr}`'s state there too, when the checkpoint "
                                   "has it"))
+
+
+def _after_optimizer_loop(
+    ctx: RuleContext, statement: Statement, optimizer: str | None
+) -> Statement:
+    """The loop over optimizers whose body `statement` is in, saving or restoring each one's
+    state (`for name, optimizer in self.optimizers.items():`): the scaler's state is saved or
+    restored once, after it. Else `statement`."""
+    parent = ctx.facts.statements[statement].parent
+    if (isinstance(parent, cst.For) and optimizer is not None
+            and optimizer in iter_keys(parent.target)):
+        return parent
+    return statement
 
 
 def _restore_by_keyword(ctx: RuleContext, restore: KeywordRestore, key: str) -> None:
@@ -208,7 +224,9 @@ def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:
     base = ctx.facts.module.code_for_node(target.value)
     quote = _subscript_quote(target)
     line = ctx.parse_statement(f"{base}[{quote}{key}{quote}] = {ctx.scaler_expr}.state_dict()")
-    block, index = ctx.facts.position(statement)
+    saved = assign.value.func.value if isinstance(assign.value, cst.Call) and isinstance(
+        assign.value.func, cst.Attribute) else assign.value
+    block, index = ctx.facts.position(_after_optimizer_loop(ctx, statement, dotted(saved)))
     ctx.plan.inserts.append(Insert(block, index + 1, [line]))
 
 
