@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from amprewrite.notebook_script import cells as notebook_cells
 from tests.execution import (
     BFLOAT16,
     DTYPE_ENVS,
@@ -90,6 +91,7 @@ RUNNABLE = [
     Runnable("rule_learner_object_backward"),
     Runnable("rule_escape_samples_and_distances", rtol=0.1, fp16_rtol=0.1),
     Runnable("rule_seeded_backward_wgan", rtol=0.15, fp16_rtol=0.15),
+    Runnable("rule_lazy_regularisation"),
     Runnable("rule_autograd_backward"),
     Runnable("rule_autograd_backward", style="O1_plain"),
     Runnable("rule_optimizer_under_same_test", rtol=0.1, fp16_rtol=0.05),
@@ -112,6 +114,14 @@ RUNNABLE = [
     Runnable("rule_unscale_reads_then_step_helper"),
     Runnable("rule_loss_reduced_in_backward_helper"),
     Runnable("rule_penalty_inputs_not_cast", rtol=0.1, fp16_rtol=0.05),
+]
+
+# Cases whose float16 run is compared with FP32, without the overflow run the cases above
+# also get (their scaler protocol is the common one: the CI's time goes where it tells).
+TRAINED_ONLY = [
+    Runnable("rule_seeded_critic_variants"),
+    Runnable("rule_learner_callbacks"),
+    Runnable("rule_optimizer_attribute_dicts"),
 ]
 
 
@@ -143,7 +153,7 @@ def _assert_close(amp: ScriptRun, fp32: ScriptRun, rtol: float) -> None:
 
 
 @pytest.mark.parametrize("dtype", LOW_PRECISION)
-@pytest.mark.parametrize("case", RUNNABLE, ids=str)
+@pytest.mark.parametrize("case", [*RUNNABLE, *TRAINED_ONLY], ids=str)
 def test_rewrite_trains_in_low_precision_like_fp32(case: Runnable, dtype: str) -> None:
     runs = _runs(case)
     fp32, amp = runs[FLOAT32], runs[dtype]
@@ -182,6 +192,42 @@ def test_inference_only_script_autocasts_without_a_scaler(dtype: str) -> None:
     assert set(fp32.eval_dtypes) == {FLOAT32}
     assert dtype in amp.eval_dtypes
     assert "GradScaler" not in (directory / "expected_O1.py").read_text()
+
+
+NOTEBOOKS_DIR = FIXTURES_DIR / "notebooks"
+
+
+@pytest.fixture(scope="module")
+def demo_cells_scripts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """demo_cells' input and rewrite, each notebook's code cells in order as one script (what a
+    kernel runs top to bottom)."""
+    directory, scripts = tmp_path_factory.mktemp("demo_cells"), []
+    for name in ("input", "expected_O1"):
+        script = directory / f"{name}.py"
+        cells = notebook_cells(NOTEBOOKS_DIR / "demo_cells" / f"{name}.ipynb")
+        script.write_text("\n\n".join(source for _, source in cells) + "\n")
+        scripts.append(script)
+    return scripts[0], scripts[1]
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_rewritten_notebook_cells_train_like_fp32(
+    dtype: str, demo_cells_scripts: tuple[Path, Path]
+) -> None:
+    """demo_cells: gradient descent by hand and a gradient read before any optimizer stay FP32
+    and unscaled; the optimizer stepped in two top-level cells trains in low precision."""
+    fp32_job = Job.of(demo_cells_scripts[0])
+    amp_job = Job.of(demo_cells_scripts[1], env=DTYPE_ENVS[dtype])
+    fp32, amp = run_scripts([fp32_job, amp_job])
+    assert fp32.ok and amp.ok, amp.explain()
+    assert dtype in amp.train_dtypes
+    assert amp.optimizer_steps == fp32.optimizer_steps
+    demo = 31  # the hand-made loop's 30 backwards and `(a ** 2).backward()`
+    if dtype == FLOAT16:
+        assert amp.backward_scaled[:demo] == [False] * demo and all(amp.backward_scaled[demo:])
+        fp32 = fp32_twin(fp32_job, amp).run()
+    assert amp.losses[:demo] == pytest.approx(fp32.losses[:demo], rel=1e-6)
+    _assert_close(amp, fp32, 0.02 if dtype == FLOAT16 else 0.05)
 
 
 def test_opt_level_override_runs_the_rewrite_in_fp32() -> None:

@@ -80,6 +80,23 @@ def test_adversarial_attacks_run_outside_autocast_and_unscaled(dtype: str) -> No
     assert _mean(amp.losses[-8:]) == pytest.approx(_mean(fp32.losses[-8:]), rel=0.03)
 
 
+# 1b. An attack object's `perturb` (3 PGD steps) and an FGSM function, both differentiating
+# with `torch.autograd.grad`, at module level: 8 batches x 3 epochs, 2 Linear layers.
+ATTACK_OBJECT = "rule_attack_object_autograd_grad"
+ATTACK_STEPS = 24
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attacks_differentiating_with_autograd_grad_stay_float32(dtype: str) -> None:
+    fp32 = _fp32(ATTACK_OBJECT)
+    amp, low = _amp(ATTACK_OBJECT, dtype)
+    # two training forwards per step in low precision; the four attack forwards in float32
+    assert _train(amp, low) == 2 * 2 * ATTACK_STEPS
+    assert _train(amp, FLOAT32) == _train(fp32, FLOAT32) - 2 * 2 * ATTACK_STEPS
+    assert len(amp.losses) == len(fp32.losses) == ATTACK_STEPS
+    assert amp.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.03)
+
+
 # 2. WGAN-GP: per iteration G(z), D(real), D(fake), the penalty's D(interpolates), G(z), D(G(z)).
 WGAN = "wgan_gp_penalty"
 WGAN_ITERS = 30

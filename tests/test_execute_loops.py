@@ -260,6 +260,40 @@ def test_rewritten_checkpoint_restores_the_fp16_loss_scale(tmp_path: Path) -> No
     assert after["growth_tracker"] == state["growth_tracker"] + 2 * STEPS_PER_EPOCH
 
 
+# 4b. rule_checkpoint_restorers --------------------------------------------------------------
+# A keyword-driven restorer (`restart_from_checkpoint(path, model=..., optimizer=...)`), or,
+# with `--pickled`, the model and optimizer objects pickled and resumed by assignment; 8
+# optimizer steps per epoch.
+
+RESTORERS = "rule_checkpoint_restorers"
+
+
+@pytest.mark.parametrize("mode", [(), ("--pickled",)], ids=["keywords", "pickled"])
+def test_every_restorer_restores_the_fp16_loss_scale(mode: tuple[str, ...], tmp_path: Path) -> None:
+    first, second = tmp_path / "first.pt", tmp_path / "second.pt"
+    amp = _amp(RESTORERS, (*mode, "--epochs", "2", "--checkpoint", str(first)), env=FP16)
+    _assert_fp16_training(amp)
+    state = torch.load(first, map_location="cpu", weights_only=False)["scaler"]
+    assert state["skipped_steps"] > 0 and state["scale"] < 2.0**16  # it did back off
+    args = (*mode, "--epochs", "4", "--resume", str(first), "--checkpoint", str(second))
+    resumed = _amp(RESTORERS, args, env=FP16)
+    after = torch.load(second, map_location="cpu", weights_only=False)["scaler"]
+    # a scaler that started afresh at 65536 would have skipped steps again
+    assert (after["scale"], after["skipped_steps"]) == (state["scale"], state["skipped_steps"])
+    assert after["growth_tracker"] == state["growth_tracker"] + 2 * STEPS_PER_EPOCH
+    # the FP32 script resumes from the same checkpoint (it ignores the scaler's entry): so
+    # does the rewrite, in float16 (keywords) and in bfloat16 (pickled)
+    fp32_job = Job.of(FIXTURES_DIR / RESTORERS / "input.py", args)
+    if not mode:
+        fp32 = fp32_twin(fp32_job, resumed).run()
+        assert fp32.ok, fp32.explain()
+        assert resumed.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.02)
+    else:
+        bf16 = _amp(RESTORERS, (*args[:-1], str(tmp_path / "third.pt")))
+        _assert_bf16_training(bf16)
+        assert bf16.losses[-1] == pytest.approx(fp32_job.run().losses[-1], rel=0.05)
+
+
 # 5. custom_autograd_function ------------------------------------------------------------
 # a hand-written linear layer: torch.autograd.Function whose backward does matmuls on the
 # saved tensors. Without custom_fwd/custom_bwd the backward mixes bf16 and fp32 and fails.

@@ -76,6 +76,8 @@ PROJECT_RUNS = [
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
     Project("model_module_mask_fill", "train.py", ("--checkpoint", "{file}"),
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
+    Project("registry_base_trainer", "train.py", ("--checkpoint", "{file}"),
+            ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
 ]
 LOW_PRECISION = [BFLOAT16, FLOAT16]
 

@@ -99,6 +99,8 @@ def test_there_are_enough_fixture_pairs() -> None:
 # Rewrites that O0 cannot take back to the letter, and what stays (correct FP32 code).
 KEPT_BY_REVERT = {
     "rule_inline_loss": b"loss = loss_fn(net(x), y)",  # the hoisted loss variable
+    # the hoisted loss, and float32 casts of what leaves autocast for the float32 penalty
+    "rule_seeded_critic_variants": b"errD_fake = self.critic(fake.float())",
     "rule_bce_outside_autocast": b"p_real.float()",  # float32 inputs of the unsafe loss
     "rule_setup_then_single_step": b"loss = criterion(prediction, target)",
     "framework_enchanter": b"import torch\n",  # the import the scaler needed

@@ -104,3 +104,70 @@ def test_messages_quote_each_backward_as_written(
     assert [s.shown(facts) for s in sites.backwards[:4]] == [
         "loss.backward()", "(loss / 2).backward()", "torch.autograd.backward([loss, loss])",
         "bw(loss)"]
+
+
+SEEDED_PREAMBLE = '''\
+import torch
+netD = torch.nn.Linear(2, 1)
+one = torch.FloatTensor([1])
+mone = one * -1
+'''
+
+
+@pytest.mark.parametrize(("source", "kind"), [
+    # reassigned across lines, at module level, seeded by a legacy tensor
+    ("d = netD(x)\nd = d.mean(0).view(1)\nd.backward(mone)\n", BackwardKind.SEEDED),
+    # in a function, the seed made elsewhere, keywords after it
+    ("def f(x):\n    d = netD(x).mean()\n    d.backward(mone, retain_graph=True)\n",
+     BackwardKind.SEEDED),
+    # the same name is a gradient in another function: only the function's own count
+    ("def p(x):\n    d = torch.autograd.grad(netD(x).sum(), x)[0]\n    return d\n"
+     "def f(x):\n    d = -netD(x).mean()\n    d.backward(one)\n", BackwardKind.SEEDED),
+    # an output kept on `self` by another method of the class
+    ("class T:\n    def fwd(self, x):\n        self.out = netD(x).mean()\n"
+     "    def bwd(self):\n        self.out.backward(self.mone)\n", BackwardKind.SEEDED),
+    # returned by a method of the class, by a module function, or inline
+    ("class T:\n    def critic(self, x):\n        return netD(x).mean(0).view(1)\n"
+     "    def step(self, x):\n        d = self.critic(x)\n        d.backward(self.one)\n",
+     BackwardKind.SEEDED),
+    ("def critic(x):\n    return netD(x)[0]\nout = critic(x)\nout.backward(torch.tensor(-1.0))\n",
+     BackwardKind.SEEDED),
+    ("netD(x).mean().backward(mone)\n", BackwardKind.SEEDED),
+    # backpropagated by a helper that every caller hands a model output
+    ("def bw(out, seed):\n    out.backward(seed)\nd = netD(x).mean()\nbw(d, one)\n"
+     "bw(netD(y).mean(), seed=mone)\n", BackwardKind.SEEDED),
+    # not a model output: a framework's backward, a plain tensor, a helper nobody calls,
+    # a helper one caller hands something else, a name only a parameter binds
+    ("accelerator.backward(loss)\n", BackwardKind.WITH_ARGUMENT),
+    ("w = torch.randn(3, requires_grad=True)\nw.backward(one)\n", BackwardKind.WITH_ARGUMENT),
+    ("def bw(out, seed):\n    out.backward(seed)\n", BackwardKind.WITH_ARGUMENT),
+    ("def bw(out, seed):\n    out.backward(seed)\nbw(netD(x).mean(), one)\nbw(w, one)\n",
+     BackwardKind.WITH_ARGUMENT),
+    ("def f(d):\n    d = d.mean()\n    d.backward(one)\n", BackwardKind.WITH_ARGUMENT),
+    ("d = netD(x)\nd, aux = helper(x)\nd.backward(one)\n", BackwardKind.WITH_ARGUMENT),
+])
+def test_a_seeded_backward_of_a_model_output_is_scalable(source: str, kind: BackwardKind) -> None:
+    facts = collect(cst.parse_module(SEEDED_PREAMBLE + source))
+    sites = call_sites(facts, KindTable(facts))
+    assert [site.kind for site in sites.backwards] == [kind] * len(sites.backwards)
+
+
+@pytest.mark.parametrize(("source", "kind"), [
+    ("optims = EasyDict(g=torch.optim.Adam(g.parameters()))\noptims.g.step()\n",
+     Kind.OPTIMIZER),
+    ("optims = munchify({'g': torch.optim.Adam(g.parameters())})\noptims.g.step()\n",
+     Kind.OPTIMIZER),
+    ("class T:\n    def __init__(self, nets):\n        self.opt = edict()\n"
+     "        for name, net in nets.items():\n"
+     "            self.opt[name] = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+     "    def step(self):\n        self.opt.critic.step()\n", Kind.OPTIMIZER),
+    # a plain dict's items are no attributes; a container's own methods are no items
+    ("optims = {}\noptims['g'] = torch.optim.Adam(g.parameters())\noptims.g.step()\n", None),
+    ("optims = EasyDict(g=torch.optim.Adam(g.parameters()))\noptims.values.step()\n", None),
+    ("cfg = EasyDict(lr=0.1, epochs=3)\ncfg.lr.step()\n", None),
+])
+def test_the_attributes_of_an_attribute_dict_of_optimizers_are_optimizers(
+    source: str, kind: Kind | None
+) -> None:
+    facts = collect(cst.parse_module("import torch\n" + source))
+    assert [site.kind for site in call_sites(facts, KindTable(facts)).steps] == [kind]

@@ -221,7 +221,8 @@ class ModuleAnalysis:
         outside `no_grad` (AMP217), each once."""
         if not self.training.found or self.escapes.stuck:
             return []
-        on_path = forwards_left_fp32(self.facts, self.kinds, self.training, self._regions)
+        on_path = forwards_left_fp32(self.facts, self.kinds, self.training, self._regions,
+                                     [n for s in self._splits for n in s.forwards])
         others = forwards_without_no_grad(self.facts, self.kinds, self._regions,
                                           {id(note.node) for note in on_path})
         return [*on_path, *others]

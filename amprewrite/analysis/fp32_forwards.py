@@ -17,6 +17,7 @@ from amprewrite.analysis.forward import is_model_call
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps
+from amprewrite.analysis.tree import descendants
 from amprewrite.catalog import SKIP, declare
 
 FORWARD_LEFT_FP32 = declare(
@@ -34,16 +35,30 @@ FORWARD_LEFT_FP32 = declare(
 
 
 def forwards_left_fp32(
-    facts: ModuleFacts, kinds: KindTable, training: TrainingSteps, regions: list[Region]
+    facts: ModuleFacts, kinds: KindTable, training: TrainingSteps, regions: list[Region],
+    kept_in: list[cst.BaseExpression],
 ) -> list[Note]:
+    """A note on each forward pass of the training path outside `regions` and the forwards
+    `kept_in` autocast (written in a loss that leaves the region, `bce(model(x), y)`)."""
     if not training.found:
         return []
     covered = _covered(regions)
-    functions = {site.function for site in [*training.backwards, *training.steps]} - {None}
-    functions |= _called_outside(functions, covered, facts)
+    autocast_calls = {id(node) for expression in kept_in for node in descendants(expression)}
+    sites = [*training.backwards, *training.steps]
+    functions = {site.function for site in sites} - {None}
+    # at module level, the innermost loops running the training step
+    loops = {id(loop) for site in sites if site.function is None
+             and (loop := facts.enclosing_loop(site.statement)) is not None}
+    training_path = [site for site in facts.calls if site.function in functions or (
+        site.function is None and any(id(outer) in loops for outer in
+                                      facts.enclosing_statements(site.statement)))]
+    functions |= _called_outside(training_path, functions, covered, facts)
     notes = []
     for site in facts.calls:
-        if site.function not in functions or _inside(site.statement, covered, facts):
+        on_path = site.function in functions or (site.function is None and any(
+            id(outer) in loops for outer in facts.enclosing_statements(site.statement)))
+        if not on_path or _inside(site.statement, covered, facts) or (
+                id(site.call) in autocast_calls):
             continue
         if is_model_call(site.call, kinds):
             if not _maintenance(site.call) and kinds.kind_of_value(site.call) is None:
@@ -74,10 +89,11 @@ def _maintenance(call: cst.Call) -> bool:
     return method.startswith("set_") or any(part in method for part in _MAINTENANCE)
 
 
-_MAINTENANCE = ("grad", "clip", "state", "buffer", "hook", "reset", "shard", "empty",
+_MAINTENANCE = ("grad", "clip", "state", "buffer", "hook", "reset", "init", "shard", "empty",
                 "register", "named_", "parameters", "modules", "children", "prefetch")
 # Callees handed the model that keep or show it rather than run it.
-_KEEPERS = ("save", "load", "checkpoint", "inspect", "print", "summary", "count")
+_KEEPERS = ("save", "load", "checkpoint", "inspect", "print", "summary", "count", "clip",
+            "grad_norm")
 
 
 def _keeps(call: cst.Call) -> bool:
@@ -87,7 +103,11 @@ def _keeps(call: cst.Call) -> bool:
 
 
 def _covered(regions: list[Region]) -> set[int]:
-    return {id(statement) for region in regions for statement in region.statements}
+    """The statements the regions run under autocast, with the backward line whose inline loss
+    (`netD(netG(z)).mean().backward()`) a region computes."""
+    covered = {id(statement) for region in regions for statement in region.statements}
+    return covered | {id(region.hoist.statement) for region in regions
+                      if region.hoist is not None}
 
 
 def _inside(statement: Statement, covered: set[int], facts: ModuleFacts) -> bool:
@@ -95,18 +115,42 @@ def _inside(statement: Statement, covered: set[int], facts: ModuleFacts) -> bool
 
 
 def _called_outside(
-    functions: set[cst.FunctionDef | None], covered: set[int], facts: ModuleFacts
+    training_path: list[CallSite], functions: set[cst.FunctionDef | None], covered: set[int],
+    facts: ModuleFacts,
 ) -> set[cst.FunctionDef | None]:
-    """The module's functions that the training functions call outside every region (one
-    level down: `x_adv = self.adversarial(x, y)` before the forward pass)."""
-    by_name = {f.name.value: f for f in facts.functions}
+    """The module's functions that the training path calls outside every region (one level
+    down: `x_adv = self.adversarial(x, y)` before the forward pass, `fgsm(model, x, y)`, or
+    `attacker.perturb(x, y)` of an attack object built from a class of the file)."""
+    by_name = {f.name.value: f for f in facts.functions if f not in facts.function_class}
     called: set[cst.FunctionDef | None] = set()
-    for site in facts.calls:
-        if site.function in functions and not _inside(site.statement, covered, facts):
-            name = (dotted(site.call.func) or "").removeprefix("self.")
-            if name in by_name and by_name[name] not in functions:
-                called.add(by_name[name])
+    for site in training_path:
+        if _inside(site.statement, covered, facts):
+            continue
+        callee = _callee(site, by_name, facts)
+        if callee is not None and callee not in functions:
+            called.add(callee)
     return called
+
+
+def _callee(
+    site: CallSite, by_name: dict[str, cst.FunctionDef], facts: ModuleFacts
+) -> cst.FunctionDef | None:
+    """The file's function `site` calls: `f(...)`, `self.f(...)`, or `obj.f(...)` where every
+    assignment of `obj` builds an instance of one of the file's classes."""
+    name = dotted(site.call.func) or ""
+    if name in by_name:
+        return by_name[name]
+    owner, _, method = name.rpartition(".")
+    if not owner:
+        return None
+    if owner == "self" and site.function in facts.function_class:
+        return facts.method(facts.function_class[site.function], method)
+    classes = {cls.name.value: cls for cls in facts.classes}
+    built = [b.value for b in facts.bindings if b.keys == (owner,)]
+    kinds = {dotted(v.func) if isinstance(v, cst.Call) else None for v in built}
+    if len(kinds) != 1 or (cls_name := kinds.pop()) not in classes:
+        return None
+    return facts.method(classes[cls_name], method)
 
 
 def _model_handed_to(site: CallSite, facts: ModuleFacts, kinds: KindTable) -> str | None:

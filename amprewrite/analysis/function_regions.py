@@ -26,6 +26,7 @@ from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import bound_keys, iter_keys, walk
 from amprewrite.analysis.sites import BackwardSite
 from amprewrite.analysis.statements import calls_in
+from amprewrite.analysis.stored_steps import stored_chain
 from amprewrite.analysis.summaries import Summaries, is_autograd_call, summaries_of
 from amprewrite.analysis.training_step import Note, Region, TrainingSteps, region_before
 from amprewrite.catalog import SKIP, declare
@@ -308,7 +309,8 @@ def _move_to_producers(
         if region is not None and any(summaries.of_node(s, site.function).forward
                                       for s in region.statements):
             continue
-        producers = _producers(site.function, needed, facts, kinds, summaries, result)
+        producers = _producers(site.function, needed, facts, kinds, summaries, result) or (
+            stored_chain(site.function, site.statement, needed, facts, kinds, summaries))
         if not producers:
             continue
         result.producers.extend(producers)

@@ -117,6 +117,15 @@ _NAME_HINTS: tuple[tuple[Kind, Callable[[str], bool]], ...] = (
     (Kind.MODEL, lambda name: "model" in name or name in {"net", "network"}),
 )
 RECEIVER_KINDS = (Kind.SCHEDULER, Kind.OPTIMIZER)  # what a `.step()` receiver's name may say
+# Mappings whose items are also attributes (`optims.generator` is `optims["generator"]`).
+_ATTRIBUTE_CONTAINERS = frozenset({
+    "EasyDict", "edict", "AttrDict", "AttributeDict", "SimpleNamespace", "Munch", "munchify",
+    "DefaultMunch", "Box", "DotMap", "DotDict", "dotdict", "ConfigDict",
+})
+_MAPPING_METHODS = frozenset({
+    "values", "items", "keys", "get", "pop", "popitem", "update", "setdefault", "copy",
+    "clear", "toDict", "to_dict", "__dict__",
+})
 
 
 def kind_from_name(name: str | None, among: tuple[Kind, ...] = tuple(Kind)) -> Kind | None:
@@ -143,6 +152,8 @@ class KindTable:
         self._local_classes = self._local_class_kinds()
         self._function_names = {f.name.value for f in facts.functions}
         self.element_kinds: dict[str, Kind] = {}  # container key -> kind of its elements
+        # `optims = EasyDict(...)` -> the kind of what `optims.generator` holds
+        self.attribute_containers: dict[str, Kind] = {}
         # id(for) -> {optimizer variable: (`container[*]`, what to iterate for its elements)}
         self.loop_elements: dict[int, dict[str, tuple[str, str]]] = {}
         for _ in range(4):  # a few rounds reach a fixpoint on real scripts
@@ -155,7 +166,14 @@ class KindTable:
                 break
 
     def of(self, key: str | None) -> Kind | None:
-        return None if key is None else self.kinds.get(key)
+        if key is None:
+            return None
+        kind = self.kinds.get(key)
+        if kind is None and self.attribute_containers and "." in key:
+            container, attribute = key.rsplit(".", 1)
+            if attribute not in _MAPPING_METHODS:
+                return self.attribute_containers.get(container)
+        return kind
 
     def of_expr(self, node: cst.BaseExpression) -> Kind | None:
         return self.of(receiver_key(node))
@@ -240,11 +258,29 @@ class KindTable:
                 continue
             if len(binding.keys) != 1:
                 continue
+            self._attribute_container(binding.keys[0], binding.value)
             self._set(binding.keys[0], self.kind_of_value(binding.value))
             if isinstance(binding.value, cst.Call):
                 built_by = self.facts.imports.resolve(binding.value.func)
                 if built_by is not None:
                     self.constructors.setdefault(binding.keys[0], built_by)
+
+    def _attribute_container(self, key: str, value: cst.BaseExpression) -> None:
+        """`optims = EasyDict(generator=Adam(...), ...)` (an AttrDict, SimpleNamespace, Munch,
+        Box): what its attributes hold, from the constructor's arguments, else from what is
+        stored into it (`self.optims[name] = Adam(...)` in a loop over the nets)."""
+        if not isinstance(value, cst.Call) or (dotted(value.func) or "").rsplit(".", 1)[
+                -1] not in _ATTRIBUTE_CONTAINERS:
+            return
+        held = {self.kind_of_value(arg.value) for arg in value.args if arg.keyword is not None}
+        held |= {self.kind_of_value(e.value) for arg in value.args if arg.keyword is None
+                 and isinstance(arg.value, cst.Dict) for e in arg.value.elements
+                 if isinstance(e, cst.DictElement)}
+        if not held:
+            stored = self.kinds.get(key)  # `optims[name] = Adam(...)` marks the container
+            held = {stored} if stored is not None else set()
+        if len(held) == 1 and (kind := held.pop()) is not None:
+            self.attribute_containers.setdefault(key, kind)
 
     # Containers of optimizers ---------------------------------------------------------------
     def _from_loops(self) -> None:
@@ -301,12 +337,24 @@ class KindTable:
                 if key is not None:
                     methods_by_key.setdefault(key, set()).add(call.func.attr.value)
         for key, methods in methods_by_key.items():
-            if key in self.kinds:
+            if key in self.kinds or self._an_object(key):
                 continue
             if {"zero_grad", "step"} <= methods:
                 self._set(key, Kind.OPTIMIZER)
             elif "eval" in methods and "step" not in methods:
                 self._set(key, Kind.MODEL)
+
+    def _an_object(self, key: str) -> bool:
+        """`self` (a Learner calling its own `zero_grad()` and `step()`, which its callbacks
+        define), or a key some assignment makes an instance of a class that is no optimizer
+        (`learn = Learner(...)`): its methods say nothing of its kind."""
+        if key in ("self", "cls"):
+            return True
+        return any(
+            key in b.keys and isinstance(b.value, cst.Call)
+            and (dotted(b.value.func) or "").rsplit(".", 1)[-1][:1].isupper()
+            and self.kind_of_value(b.value) is not Kind.OPTIMIZER
+            for b in self.facts.bindings)
 
     def _from_call_sites(self) -> None:
         by_name = {f.name.value: f for f in self.facts.functions}

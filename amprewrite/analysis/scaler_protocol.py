@@ -92,6 +92,8 @@ class ProtocolPlan:
     updates_after: list[StepSite] = field(default_factory=list)  # right after these steps
     updates_at: list[UpdatePoint] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # ids of the steps and statements with an update() after each step (lazy regularisation)
+    per_step: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,9 @@ class _Config:
 
     pending: frozenset[tuple[str, str]] = frozenset()
     scaled: bool = False
+    # optimizers unscaled before an `update()` and not stepped since: their gradients are
+    # true ones, which a step through the scaler would unscale again
+    stale: frozenset[str] = frozenset()
 
 
 def plan_updates(
@@ -117,15 +122,19 @@ def plan_updates(
     for scope, scope_steps in ordered:
         candidates = (_after_last_steps(scope_steps, facts, kinds),
                       _after_last_statement(scope, scope_steps),
-                      _after_last_statement_of_branch(scope, scope_steps, facts))
+                      _after_last_statement_of_branch(scope, scope_steps, facts),
+                      _after_each_step(scope_steps, facts, kinds))
         first: list[Problem] | None = None  # the problems of the expert's placement
-        for after, at in candidates:
+        for index, (after, at) in enumerate(candidates):
             checker = _Checker(scope, steps, unscales, backwards, kinds,
                                [*after, *plan.updates_after], [*plan.updates_at, *at])
             problems = checker.complete()
             if not problems:
                 plan.updates_after.extend(after)
                 plan.updates_at.extend(p for p in checker.at if p not in plan.updates_at)
+                if index == len(candidates) - 1:
+                    plan.per_step |= {id(site.call) for site in after}
+                    plan.per_step |= {id(point.node) for point in at}
                 break
             first = problems if first is None else first
         else:
@@ -177,6 +186,26 @@ def _after_last_steps(
             point = UpdatePoint(loop, before=False)
             if point not in at:
                 at.append(point)
+        elif site.small is not None and _outside_comprehensions(site.call, site.small):
+            after.append(site)
+        else:
+            at.append(UpdatePoint(site.statement, before=False))
+    return after, at
+
+
+def _after_each_step(
+    steps: list[StepSite], facts: ModuleFacts, kinds: KindTable
+) -> tuple[list[StepSite], list[UpdatePoint]]:
+    """`update()` right after every step (after the loop over optimizers holding it): for an
+    optimizer stepped twice in one iteration, the second time under `if i % k == 0:` (lazy
+    regularisation, StyleGAN2's R1 penalty)."""
+    after: list[StepSite] = []
+    at: list[UpdatePoint] = []
+    for site in steps:
+        loop = _outermost_optimizer_loop(site.statement, facts, kinds)
+        if loop is not None:
+            if UpdatePoint(loop, before=False) not in at:
+                at.append(UpdatePoint(loop, before=False))
         elif site.small is not None and _outside_comprehensions(site.call, site.small):
             after.append(site)
         else:
@@ -347,7 +376,7 @@ class _Checker:
             config = self._update(node, config)
         for call in _ordered_calls(node):
             if id(call) in self.backward_calls:
-                config = _Config(config.pending, scaled=True)
+                config = _Config(config.pending, True, config.stale)
             elif id(call) in self.step_calls:
                 config = self._advance(node, config, self.step_calls[id(call)], STEPPED)
                 if id(call) in self.updated_calls:
@@ -364,13 +393,17 @@ class _Checker:
         if current == STEPPED or (status == UNSCALED and current == UNSCALED):
             verb = "unscaled" if status == UNSCALED else "stepped"
             self._problem(node, f"`{key}` would be {verb} twice between two `update()`s")
+        if key in config.stale:
+            self._problem(node, f"`{key}` would be unscaled again after an `update()` that "
+                          "followed its `unscale_`")
         pending = frozenset({(k, s) for k, s in config.pending if k != key} | {(key, status)})
-        return _Config(pending, scaled=False)
+        return _Config(pending, scaled=False, stale=config.stale - {key})
 
     def _update(self, node: cst.CSTNode, config: _Config) -> _Config:
         if not config.pending:
             self._problem(node, "`update()` would run on a path with no unscale or step")
-        return _Config(frozenset(), config.scaled)
+        unscaled = {key for key, status in config.pending if status == UNSCALED}
+        return _Config(frozenset(), config.scaled, config.stale | unscaled)
 
     def _reads_scaled_grad(self, node: cst.CSTNode) -> bool:
         if not isinstance(node, cst.SimpleStatementLine | cst.SimpleStatementSuite):

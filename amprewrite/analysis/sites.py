@@ -13,9 +13,9 @@ from enum import Enum
 import libcst as cst
 
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
-from amprewrite.analysis.forward import is_model_call
 from amprewrite.analysis.kinds import RECEIVER_KINDS, Kind, KindTable, kind_from_name
 from amprewrite.analysis.memo import per_module
+from amprewrite.analysis.model_outputs import holds_model_output
 from amprewrite.analysis.names import dotted, iter_keys, receiver_key
 
 
@@ -167,7 +167,7 @@ def _backward_site(
         tensors = _tensors_argument(call)
         loss = receiver if tensors is None else tensors.value
         kind = BackwardKind.AUTOGRAD_UNPACKED if tensors is None else BackwardKind.AUTOGRAD
-    elif positional and not _seeded(call, receiver, facts, kinds):
+    elif positional and not _seeded(site, receiver, facts, kinds):
         kind = BackwardKind.WITH_ARGUMENT
     elif _not_a_tensor(receiver, facts, kinds):
         kind = BackwardKind.OBJECT
@@ -189,28 +189,16 @@ def _tensors_argument(call: cst.Call) -> cst.Arg | None:
 
 
 def _seeded(
-    call: cst.Call, receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable
+    site: CallSite, receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable
 ) -> bool:
-    """`errD_real.backward(one)` (WGAN): a model output's backward seeded with a gradient.
-    Scaling the output scales the gradients the seed produces, as for a loss."""
-    key = receiver_key(receiver)
-    if key is None or len(call.args) != 1 or call.args[0].star:
-        return False
-    values = [b.value for b in facts.bindings if b.keys == (key,)]
-    return bool(values) and all(_model_output(value, kinds) for value in values)
-
-
-def _model_output(value: cst.BaseExpression, kinds: KindTable) -> bool:
-    """A model's output, or arithmetic and tensor methods on one (`netD(x).mean(0).view(1)`)."""
-    if isinstance(value, cst.BinaryOperation):
-        return _model_output(value.left, kinds) or _model_output(value.right, kinds)
-    if isinstance(value, cst.UnaryOperation):
-        return _model_output(value.expression, kinds)
-    if not isinstance(value, cst.Call):
-        return False
-    if is_model_call(value, kinds):
-        return True
-    return isinstance(value.func, cst.Attribute) and _model_output(value.func.value, kinds)
+    """`errD_real.backward(one)` (WGAN): a backward seeded with a gradient, of a tensor computed
+    from a model's output. `scaler.scale(out).backward(seed)` backpropagates `scale * seed`,
+    which the scaler unscales at the step, whatever the seed is (`one`, `mone`,
+    `torch.FloatTensor([1])`) and wherever it was made."""
+    positional = [arg for arg in site.call.args if arg.keyword is None]
+    if len(positional) != 1 or positional[0].star:
+        return False  # (`retain_graph=True` and the other keywords may follow)
+    return holds_model_output(receiver, site.function, facts, kinds)
 
 
 def _not_a_tensor(receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable) -> bool:

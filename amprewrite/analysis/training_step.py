@@ -19,6 +19,10 @@ from amprewrite.analysis.definite_binding import (
 )
 from amprewrite.analysis.facts import Block, CallSite, ModuleFacts, Statement, body
 from amprewrite.analysis.forward import computes, is_model_call
+from amprewrite.analysis.kept_gradients import (
+    GRADIENTS_KEPT_ACROSS_STEPS,
+    keeps_gradients,
+)
 from amprewrite.analysis.kinds import (
     Kind,
     KindTable,
@@ -253,6 +257,7 @@ class TrainingSteps:
     steps: list[StepSite] = field(default_factory=list)  # to route through the scaler
     updates_after: list[StepSite] = field(default_factory=list)  # steps followed by update()
     updates_at: list[UpdatePoint] = field(default_factory=list)  # other update() positions
+    updated_per_step: set[int] = field(default_factory=set)  # ids: update() after each step
     regions: list[Region] = field(default_factory=list)  # forward + loss, to autocast
     unscales: list[Unscale] = field(default_factory=list)  # before clipping / reading .grad
     clips: list[Clip] = field(default_factory=list)  # gradient clipping between backward/step
@@ -290,6 +295,7 @@ class _Sites:
     unscaled: list[BackwardSite] = field(default_factory=list)  # left alone: stay unscaled
     steps: list[StepSite] = field(default_factory=list)  # optimizer steps without a closure
     closure_functions: set[str] = field(default_factory=set)  # `optimizer.step(closure)`
+    unrecognised: list[StepSite] = field(default_factory=list)  # receivers left alone (AMP202)
 
 
 def _classify_sites(facts: ModuleFacts, kinds: KindTable, result: TrainingSteps) -> _Sites:
@@ -329,7 +335,18 @@ def _pair(
                                  "runs; left unchanged"))
     steps = [site for site in found.steps if site not in unreached]
     removed: list[StepSite] = []
-    for fed in _fed_unscaled(steps, found.scalable, found.unscaled, facts):
+    keeping: set[cst.ClassDef] = set()  # classes whose `zero_grad` keeps the gradients
+    for step in steps:
+        keeper = keeps_gradients(step, facts)
+        if keeper is not None:
+            keeping |= {facts.function_class[keeper], facts.function_class[step.function]}  # type: ignore[index]
+            result.notes.append(Note(GRADIENTS_KEPT_ACROSS_STEPS, step.call,
+                                     f"`{facts.one_line(step.optimizer)}.step()` adds to the "
+                                     f"gradients `{keeper.name.value}()` keeps (it writes "
+                                     "`.grad` instead of zeroing it), which a scaler would "
+                                     "divide by the scale again; left unchanged"))
+            removed.append(step)
+    for fed in _fed_unscaled([s for s in steps if s not in removed], found.unscaled, facts):
         result.notes.append(Note(STEP_WITHOUT_BACKWARD, fed.call,
                                  f"`{facts.one_line(fed.optimizer)}.step()` steps the "
                                  "gradients of a backward pass left unscaled; left unchanged"))
@@ -351,10 +368,13 @@ def _pair(
         removed.append(fed)
     # A backward feeding a step left unchanged stays unscaled, and so does every step it
     # also feeds: a scaled backward before a plain step would step gradients times the scale.
+    # (The backwards of a class whose `zero_grad` keeps the gradients feed its steps, from
+    # whichever of its methods they run in.)
     held: list[BackwardSite] = []
     while True:
         held = [b for b in found.scalable
-                if any(_feeds(b, step, facts, kinds) for step in removed)]
+                if any(_feeds(b, step, facts, kinds) for step in removed)
+                or _method_of(b.function, keeping, facts)]
         more = [step for step in steps if step not in removed
                 and any(_feeds(b, step, facts, kinds) for b in held)]
         if not more:
@@ -367,6 +387,12 @@ def _pair(
         removed.extend(more)
     steps = [site for site in steps if site not in removed]
     return _paired_backwards(found, steps, facts, kinds, result, held), steps
+
+
+def _method_of(
+    function: cst.FunctionDef | None, classes: set[cst.ClassDef], facts: ModuleFacts
+) -> bool:
+    return function is not None and facts.function_class.get(function) in classes
 
 
 def _feeds(backward: BackwardSite, step: StepSite, facts: ModuleFacts, kinds: KindTable) -> bool:
@@ -458,22 +484,60 @@ def _paired_backwards(
                                      "an optimizer closure, whose step cannot be scaled; "
                                      "left unscaled"))
         elif not steps:
-            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
-                                     f"`{text}` has no optimizer "
-                                     "step in this file; left unchanged"))
+            left = _step_left_alone(backward, found, facts)
+            stepper = _stepping_call_after(backward, facts) if left is None else None
+            if left is not None:
+                message = (f"`{text}` feeds no optimizer step the rewrite can route "
+                           f"(`{facts.one_line(left.optimizer)}.step()` is left unchanged, as "
+                           "its finding says); left unchanged")
+            elif stepper is not None:
+                message = (f"`{text}` has no optimizer step in this file: if "
+                           f"`{facts.one_line(stepper.func)}()` steps one (a method of an "
+                           "object from another module), the rewrite does not route a step "
+                           "through it; left unchanged")
+            else:
+                message = f"`{text}` has no optimizer step in this file; left unchanged"
+            result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call, message))
         elif _before_the_loop(backward, steps, facts, kinds):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}` runs before the training loop, "
                                      "whose optimizer steps never see its gradients; left "
                                      "unchanged"))
         elif (function is not None and not _steps_in(function, steps, facts, kinds)
-              and reads_grad(function)):
+              and reads_grad(function)) or _read_at_module_level(backward, steps, facts, kinds):
             result.notes.append(Note(BACKWARD_WITHOUT_STEP, backward.call,
                                      f"`{text}` computes "
                                      "gradients that are read, not stepped; left unchanged"))
         else:
             backwards.append(backward)
     return backwards
+
+
+def _stepping_call_after(backward: BackwardSite, facts: ModuleFacts) -> cst.Call | None:
+    """The first call after `backward` in its function of a method named for stepping that is
+    not `.step()` itself (`optimizer.step_and_update_lr()` of a wrapper from another
+    module), of an object the file does not define."""
+    position = facts.order[backward.statement]
+    own = {f.name.value for f in facts.functions}
+    for site in facts.calls:
+        func = site.call.func
+        if (site.function is backward.function and facts.order[site.statement] >= position
+                and isinstance(func, cst.Attribute) and "step" in func.attr.value
+                and func.attr.value != "step" and func.attr.value not in own):
+            return site.call
+    return None
+
+
+def _step_left_alone(
+    backward: BackwardSite, found: _Sites, facts: ModuleFacts
+) -> StepSite | None:
+    """A `.step()` of the file left alone that this backward may feed: the first after it in
+    its function, else the first of the file."""
+    candidates = [*found.steps, *found.unrecognised]
+    candidates.sort(key=lambda s: facts.order[s.statement])
+    position = facts.order[backward.statement]
+    return next((s for s in candidates if s.function is backward.function
+                 and facts.order[s.statement] > position), candidates[0] if candidates else None)
 
 
 def _plan_scaler(
@@ -511,6 +575,7 @@ def _plan_scaler(
     result.steps = steps
     result.updates_after = protocol.updates_after
     result.updates_at = protocol.updates_at
+    result.updated_per_step = protocol.per_step
     result.unscales, result.clips, result.grad_reads = unscales, uses.clips, uses.reads
     for call, step in uses.unguarded:
         result.notes.append(Note(OPAQUE_CALL_ON_SCALED_GRADIENTS, call,
@@ -586,6 +651,7 @@ def _classify_step(
     if not site.steps_optimizer:
         if site.kind is None and not site.with_arguments and _has_backward(
                 site.function, sites):
+            found.unrecognised.append(site)
             result.notes.append(Note(UNKNOWN_STEP_RECEIVER, site.call,
                                      f"`{facts.one_line(site.optimizer)}.step()`: "
                                      "receiver not recognised as an optimizer; left unchanged"))
@@ -678,18 +744,22 @@ def _unreached_by_backward(
 
 
 def _fed_unscaled(
-    steps: list[StepSite], backwards: list[BackwardSite], unscaled: list[BackwardSite],
-    facts: ModuleFacts,
+    steps: list[StepSite], unscaled: list[BackwardSite], facts: ModuleFacts
 ) -> list[StepSite]:
-    """Steps whose last backward before them in their function is one left alone
-    (`loss.backward(torch.ones_like(loss))`): through the scaler they would divide true
-    gradients by the scale."""
+    """Steps that a backward left alone in their function feeds, since their gradients were
+    last zeroed and since the step before them (`loss.backward(torch.ones_like(loss))`, a
+    WGAN critic's `d_real.backward(mone)` next to a penalty's `gp.backward()`): through the
+    scaler they would divide those true gradients by the scale. Every backward feeding one
+    step is scaled, or none is."""
     fed = []
     for step in steps:
         end = facts.order[step.statement]
-        before = [b for b in [*backwards, *unscaled]
-                  if b.function is step.function and facts.order[b.statement] < end]
-        if before and max(before, key=lambda b: facts.order[b.statement]) in unscaled:
+        start = max([_since_zeroed(step, facts),
+                     *(facts.order[other.statement] for other in steps
+                       if other.function is step.function
+                       and facts.order[other.statement] < end)])
+        if any(b.function is step.function and start < facts.order[b.statement] < end
+               for b in unscaled):
             fed.append(step)
     return fed
 
@@ -708,6 +778,30 @@ def _before_the_loop(
     own = [step for step in steps if step.function is backward.function]
     return (facts.enclosing_loop(backward.statement) is None and bool(own)
             and all(_training_loop(step.statement, facts, kinds) for step in own))
+
+
+def _read_at_module_level(
+    backward: BackwardSite, steps: list[StepSite], facts: ModuleFacts, kinds: KindTable
+) -> bool:
+    """A backward at module level whose gradients are read and that feeds no step (they are
+    zeroed before any step): a notebook's demonstration, gradient descent by hand in a loop
+    that steps no optimizer (`w -= lr * w.grad`) or `(a ** 2).backward(); a.grad` before
+    the optimizer's cells. Its gradients are read, not stepped."""
+    if backward.function is not None or any(_feeds(backward, s, facts, kinds) for s in steps):
+        return False
+    loop = facts.enclosing_loop(backward.statement)
+    if loop is not None:
+        return reads_grad(loop) and not any(
+            loop in facts.enclosing_statements(step.statement) for step in steps) and not (
+            summaries_of(facts, kinds).of_node(loop, None).steps)
+    # read before the next backward or step of the module
+    start = facts.order[backward.statement]
+    ends = [facts.order[site.statement] for site in [*steps, *call_sites(facts, kinds).backwards]
+            if site.function is None and facts.order[site.statement] > start]
+    end = min(ends, default=len(facts.order))
+    return any(start <= facts.order[statement] < end and reads_grad(statement)
+               for statement in facts.statements if facts.statements[statement].function is None
+               and not isinstance(statement, cst.BaseCompoundStatement))
 
 
 def _training_loop(statement: Statement, facts: ModuleFacts, kinds: KindTable) -> bool:

@@ -15,6 +15,7 @@ from amprewrite.analysis.facts import CallSite, ModuleFacts
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.statements import is_backward_call
+from amprewrite.analysis.summaries import summaries_of
 from amprewrite.analysis.training_step import Note, Region
 from amprewrite.catalog import SKIP, declare
 
@@ -46,12 +47,13 @@ def forwards_without_no_grad(
     models |= set(kinds.model_classes())  # an nn.Module without `forward` (cleanrl's Agent)
     computing_gradients = {id(outer) for site in facts.calls if _computes_gradients(site, facts)
                            for outer in facts.enclosing_statements(site.statement)}
+    inside = _called_only_under_autocast(facts, kinds, covered)
     notes = []
     for site in facts.calls:
         if (kinds.of_expr(site.call.func) is not Kind.MODEL or id(site.call) in reported
                 or (site.function is not None and facts.function_class.get(site.function)
                     in models)
-                or _guarded(site, covered, facts)):
+                or site.function in inside or _guarded(site, covered, facts)):
             continue
         scope = _scope(site, facts)
         if scope is not None and id(scope) in computing_gradients:
@@ -61,6 +63,25 @@ def forwards_without_no_grad(
                           "step and not under `torch.no_grad()`: left in FP32, as it may need "
                           "gradients (under `no_grad`, evaluation is wrapped in autocast)"))
     return notes
+
+
+def _called_only_under_autocast(
+    facts: ModuleFacts, kinds: KindTable, covered: set[int]
+) -> set[cst.FunctionDef]:
+    """The file's functions that run only under a region's autocast: every call of them is
+    inside a region, or in such a function (`def critic(x): return netD(x).mean()` called
+    as `d_real = critic(real)` in the training step's region)."""
+    calls: dict[cst.FunctionDef, list[CallSite]] = {}
+    for site, callee in summaries_of(facts, kinds).local_calls:
+        calls.setdefault(callee, []).append(site)
+    inside: set[cst.FunctionDef] = set()
+    while True:
+        more = {callee for callee, sites in calls.items() if callee not in inside and all(
+            site.function in inside or _under_autocast(site, covered, facts)
+            for site in sites)}
+        if not more:
+            return inside
+        inside |= more
 
 
 def _computes_gradients(site: CallSite, facts: ModuleFacts) -> bool:
@@ -80,8 +101,11 @@ def _scope(site: CallSite, facts: ModuleFacts) -> cst.CSTNode | None:
 
 def _guarded(site: CallSite, covered: set[int], facts: ModuleFacts) -> bool:
     """Inside a region, under no_grad, or under an autocast the file already has."""
-    if under_no_grad(site, facts):
-        return True
+    return under_no_grad(site, facts) or _under_autocast(site, covered, facts)
+
+
+def _under_autocast(site: CallSite, covered: set[int], facts: ModuleFacts) -> bool:
+    """Inside a region, or under an autocast the file already has."""
     for outer in facts.enclosing_statements(site.statement):
         if id(outer) in covered:
             return True

@@ -28,7 +28,7 @@ import libcst as cst
 from amprewrite.analysis import ModuleAnalysis
 from amprewrite.analysis.facts import CallSite, ModuleFacts
 from amprewrite.analysis.kinds import KindTable
-from amprewrite.analysis.names import FreshNames, receiver_key
+from amprewrite.analysis.names import FreshNames, dotted, receiver_key
 from amprewrite.analysis.scaler_home import SCALER_NAMES
 from amprewrite.project.program import Program
 
@@ -167,16 +167,70 @@ def _link_to_base_class(
             continue
         stored = _assigned_in_init(parent_facts, base_cls)
         keys = {key for _, key in sites}
+        registries = _registered(facts, cls, keys - stored, parent_facts, base_cls, stored)
         parent_sites = _scaler_sites(parent.analysis)
-        if None in keys or not keys <= stored or not all(
+        if None in keys or not keys <= stored | set(registries) or not all(
                 s.function is not None and parent_facts.function_class.get(s.function) is base_cls
                 for s, _ in parent_sites):
             continue
         name = parent.scaler_name
-        parent.links.base_home = BaseClassHome(base_cls, frozenset(k for k in keys if k))
+        held = {k for k in keys if k in stored} | set(registries.values())
+        parent.links.base_home = BaseClassHome(base_cls, frozenset(k for k in held if k))
         module.links.inherited = InheritedScaler(cls, f"self.{name}", base_cls.name.value,
                                                  parent.shown)
         return
+
+
+def _registered(
+    facts: ModuleFacts, cls: cst.ClassDef, keys: set[str | None], base_facts: ModuleFacts,
+    base: cst.ClassDef, stored: set[str | None],
+) -> dict[str | None, str]:
+    """The optimizers of `keys` that `cls` hands to a method of its base class storing its
+    argument into a registry the base's `__init__` creates (`self.register("model",
+    self.model, self.optimizer)`, which sets `self.optimizers[name] = optimizer`), each with
+    that registry: the base's checkpoints save and restore them from it."""
+    found: dict[str | None, str] = {}
+    for site in facts.calls:
+        name = dotted(site.call.func) or ""
+        method = base_facts.method(base, name.removeprefix("self.")) if name.startswith(
+            "self.") and facts.function_class.get(site.function) is cls else None  # type: ignore[arg-type]
+        if method is None:
+            continue
+        positional, _ = base_facts.parameters(method)
+        for index, arg in enumerate(site.call.args):
+            key = receiver_key(arg.value)
+            if key not in keys or arg.star:
+                continue
+            parameter = arg.keyword.value if arg.keyword is not None else (
+                positional[index] if index < len(positional) else None)
+            registry = _stored_into(base_facts, method, parameter, stored)
+            if registry is not None:
+                found[key] = registry
+    return found
+
+
+def _stored_into(
+    facts: ModuleFacts, method: cst.FunctionDef, parameter: str | None,
+    stored: set[str | None],
+) -> str | None:
+    """The registry `self.C` (assigned in `__init__`) that `method` stores `parameter` into:
+    `self.C[key] = parameter`."""
+    for binding in facts.bindings:
+        if (binding.function is method and isinstance(binding.value, cst.Name)
+                and binding.value.value == parameter):
+            for key in binding.keys:
+                if key in stored and _subscript_target(binding.statement, key):
+                    return key
+    return None
+
+
+def _subscript_target(statement: cst.CSTNode, key: str) -> bool:
+    """`statement` assigns an item of `key` (`self.optimizers[name] = ...`)."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    return any(isinstance(small, cst.Assign) and any(
+        isinstance(t.target, cst.Subscript) and receiver_key(t.target.value) == key
+        for t in small.targets) for small in statement.body)
 
 
 def _assigned_in_init(facts: ModuleFacts, cls: cst.ClassDef) -> set[str | None]:
@@ -204,13 +258,14 @@ def _scaler_sites(analysis: ModuleAnalysis) -> list[tuple[CallSite, str | None]]
 
 
 def _saved_optimizer(entry: cst.CSTNode) -> str | None:
-    """`optimizer` of a saved `optimizer.state_dict()` entry."""
+    """`optimizer` of a saved `optimizer.state_dict()` entry, or of the optimizer pickled
+    itself (`"optimizer": optimizer`)."""
     value = getattr(entry, "value", None)
     if isinstance(entry, cst.SimpleStatementLine):
         value = getattr(entry.body[0], "value", None)
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
         return receiver_key(value.func.value)
-    return None
+    return receiver_key(value) if isinstance(value, cst.Name | cst.Attribute) else None
 
 
 def _receiving(

@@ -103,6 +103,9 @@ def _gather(top: ast.stmt, imports: list[ast.Import | ast.ImportFrom]) -> _State
             values = [*node.args, *(k.value for k in node.keywords)]
             found.uses.update(v.id for v in values if isinstance(v, ast.Name)
                               and kind_from_name(v.id, (Kind.OPTIMIZER,)) is Kind.OPTIMIZER)
+        elif isinstance(node, ast.Dict):  # `{"optimizer": optimizer}`: pickled in a checkpoint
+            found.uses.update(v.id for v in node.values if isinstance(v, ast.Name)
+                              and kind_from_name(v.id, (Kind.OPTIMIZER,)) is Kind.OPTIMIZER)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             imports.append(node)
         elif isinstance(node, ast.ClassDef):  # a base class's module shares its attributes
@@ -210,7 +213,11 @@ def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 
 
 def _class_takes_optimizer(cls: ast.ClassDef, uses: set[str]) -> bool:
-    """An `__init__` parameter stored on `self` that a method steps, saves or restores."""
+    """An `__init__` parameter stored on `self` that a method steps, saves or restores; or a
+    method storing an optimizer it is given into a registry of `self` (`def register(self,
+    name, model, optimizer): self.optimizers[name] = optimizer`)."""
+    if any(_registers_optimizer(n) for n in cls.body if isinstance(n, ast.FunctionDef)):
+        return True
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef)
                  and n.name == "__init__"), None)
     if init is None:
@@ -221,3 +228,15 @@ def _class_takes_optimizer(cls: ast.ClassDef, uses: set[str]) -> bool:
               and isinstance(statement.value, ast.Name) and statement.value.id in parameters
               for target in statement.targets if isinstance(target, ast.Attribute)}
     return bool(stored & uses)
+
+
+def _registers_optimizer(method: ast.FunctionDef) -> bool:
+    """`self.optimizers[name] = optimizer` of a parameter named for an optimizer."""
+    parameters = _parameters(method)
+    return any(
+        isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+        and node.value.id in parameters
+        and kind_from_name(node.value.id, (Kind.OPTIMIZER,)) is Kind.OPTIMIZER
+        and any(isinstance(t, ast.Subscript) and _dotted(t.value) is not None
+                and str(_dotted(t.value)).startswith("self.") for t in node.targets)
+        for node in ast.walk(method))

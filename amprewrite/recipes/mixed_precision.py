@@ -105,7 +105,8 @@ def _decide_scaler(
     training, checkpoints, options = analysis.training, analysis.checkpoints, ctx.options
     builds = analysis.optimizer_builds if options.casts_model else []
     uses = [*training.backwards, *training.steps, *training.unscales, *(b.binding for b in builds),
-            *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored)]
+            *(s.site for s in checkpoints.saved), *(r.site for r in checkpoints.restored),
+            *(r.site for r in checkpoints.by_keyword), *checkpoints.assigned]
     optimizers = {s.key for s in training.steps}
     name = ctx.names.fresh(SCALER_NAMES)
     if analysis.links:

@@ -6,11 +6,21 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from amprewrite.analysis.checkpoints import Checkpoints, SavedState
+from amprewrite.analysis.checkpoints import Checkpoints, KeywordRestore, SavedState
+from amprewrite.analysis.facts import Statement
+from amprewrite.analysis.names import dotted, iter_keys
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.edits import insert_after, one_per_line, too_long
+from amprewrite.rules.edits import (
+    append_in_layout,
+    continued_at,
+    first_line_column,
+    insert_after,
+    keyword,
+    one_per_line,
+    too_long,
+)
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
 
@@ -72,16 +82,45 @@ SCALER_NOT_NAMED = declare(
 )
 
 
+SCALER_NOT_RESTORED = declare(
+    "AMP227", SKIP, "optimizer state restored without the grad scaler's",
+    "The optimizer's state is restored where the scaler's restore cannot be added: from an "
+    "expression (`optimizer.load_state_dict(torch.load(path))`), by a helper amprewrite does "
+    "not see into (`utils.restart_from_checkpoint(path, optimizer=optimizer)`), by one that "
+    "would fail on a checkpoint without the scaler's state, or in a file where no scaler can "
+    "be named. Restore `scaler.load_state_dict(...)` there too, when the checkpoint has it, or "
+    "a resumed float16 run starts again from the initial scale.",
+    why=("An optimizer's state is restored where the rewrite cannot add the scaler's restore "
+         "beside it."),
+    example=(
+        "optimizer.load_state_dict(torch.load(\"opt.pt\"))\n"
+        "# add: scaler.load_state_dict(torch.load(\"scaler.pt\")) where that file exists"
+    ),
+)
+
+
 def unnamed_scaler_saves(ctx: RuleContext, checkpoints: Checkpoints) -> None:
-    """A file with no scaler of its own that saves an optimizer's state: say so at the save."""
+    """A file with no scaler of its own that saves or restores an optimizer's state: say so
+    there."""
     for node in [*(state.entry for state in checkpoints.saved),
                  *(site.call for site in checkpoints.alone), *checkpoints.unpaired]:
         ctx.notes.append(Note(SCALER_NOT_NAMED, node, "the optimizer's state is saved here, "
                               "but no grad scaler can be named in this file: save the scaler's "
                               "state next to it (the training step is elsewhere)"))
+    restores: list[cst.CSTNode] = [
+        *(r.site.call for r in checkpoints.restored), *(r.statement for r in checkpoints.assigned),
+        *(r.site.call for r in checkpoints.by_keyword), *(n for n, _ in checkpoints.unrestored)]
+    for node in restores:
+        ctx.notes.append(Note(SCALER_NOT_RESTORED, node, "the optimizer's state is restored "
+                              "here, but no grad scaler can be named in this file: restore the "
+                              "scaler's state next to it (the training step is elsewhere)"))
 
 
-def checkpoint_scaler(ctx: RuleContext, checkpoints: Checkpoints) -> None:
+def checkpoint_scaler(
+    ctx: RuleContext, checkpoints: Checkpoints, passed: frozenset[int] = frozenset()
+) -> None:
+    """The scaler's state beside the optimizer's, saved and restored; `passed`: the calls
+    (by id) a project passes the scaler to, which restore it themselves."""
     for call in checkpoints.unpaired:
         ctx.notes.append(Note(SCALER_NOT_NAMED, call, "the optimizer's state is saved inside "
                               f"a container no scaler entry can join: save "
@@ -106,7 +145,54 @@ def checkpoint_scaler(ctx: RuleContext, checkpoints: Checkpoints) -> None:
         assert isinstance(subscript, cst.Subscript)
         quote = _subscript_quote(subscript)
         key = f"{quote}{checkpoints.key}{quote}"
-        _restore_after(ctx, restored.site.statement, restored.checkpoint, key)
+        statement = _after_optimizer_loop(ctx, restored.site.statement, restored.optimizer)
+        _restore_after(ctx, statement, restored.checkpoint, key)
+    for assigned in checkpoints.assigned:
+        quote = _subscript_quote(assigned.subscript)
+        _restore_after(ctx, assigned.statement, assigned.checkpoint,
+                       f"{quote}{checkpoints.key}{quote}")
+    for by_keyword in checkpoints.by_keyword:
+        _restore_by_keyword(ctx, by_keyword, checkpoints.key)
+    for node, what in checkpoints.unrestored:
+        if id(node) not in passed:
+            ctx.notes.append(Note(SCALER_NOT_RESTORED, node, f"{what}: restore "
+                                  f"`{ctx.scaler_expr}`'s state there too, when the checkpoint "
+                                  "has it"))
+
+
+def _after_optimizer_loop(
+    ctx: RuleContext, statement: Statement, optimizer: str | None
+) -> Statement:
+    """The loop over optimizers whose body `statement` is in, saving or restoring each one's
+    state (`for name, optimizer in self.optimizers.items():`): the scaler's state is saved or
+    restored once, after it. Else `statement`."""
+    parent = ctx.facts.statements[statement].parent
+    if (isinstance(parent, cst.For) and optimizer is not None
+            and optimizer in iter_keys(parent.target)):
+        return parent
+    return statement
+
+
+def _restore_by_keyword(ctx: RuleContext, restore: KeywordRestore, key: str) -> None:
+    """`restart_from_checkpoint(path, optimizer=optimizer, scaler=scaler)`: the helper loads
+    every keyword it is given whose key the checkpoint has."""
+    call = restore.site.call
+    name = ctx.facts.one_line(call.func)
+    if any(arg.keyword is not None and arg.keyword.value == key for arg in call.args):
+        return
+    if not restore.guarded:
+        ctx.notes.append(Note(SCALER_NOT_RESTORED, call, f"`{name}(...)` restores every state it "
+                              "is given, also where the checkpoint lacks it: passing "
+                              f"`{key}={ctx.scaler_expr}` would fail on checkpoints written "
+                              "before the rewrite; restore the scaler's state when the "
+                              "checkpoint has it"))
+        return
+    new = keyword(key, ctx.parse_expression(ctx.scaler_expr or ""))
+    ctx.plan.replaces.append(Replace(call, append_in_layout(call, [new], ctx.facts,
+                                                            ctx.line_limit)))
+    ctx.notes.append(Note(SCALER_STATE_RESTORED, call, f"scaler state restored by `{name}(...)` "
+                          f"with the others it is given (`{key}={ctx.scaler_expr}`), when the "
+                          "checkpoint has one"))
 
 
 def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
@@ -122,7 +208,9 @@ def _save_in_container(ctx: RuleContext, state: SavedState, key: str) -> None:
         new = anchor.with_changes(keyword=cst.Name(key), value=value)
     build = insert_after(container, anchor, new)
     if too_long(ctx.facts, container, [new], ctx.line_limit):
-        build = one_per_line(build, ctx.facts.module.default_indent)
+        column = first_line_column(ctx.facts, container)
+        build = one_per_line(build, ctx.facts.module.default_indent) if column is None else (
+            continued_at(build, column))
     ctx.plan.replaces.append(Replace(container, build))
 
 
@@ -136,7 +224,9 @@ def _save_by_statement(ctx: RuleContext, state: SavedState, key: str) -> None:
     base = ctx.facts.module.code_for_node(target.value)
     quote = _subscript_quote(target)
     line = ctx.parse_statement(f"{base}[{quote}{key}{quote}] = {ctx.scaler_expr}.state_dict()")
-    block, index = ctx.facts.position(statement)
+    saved = assign.value.func.value if isinstance(assign.value, cst.Call) and isinstance(
+        assign.value.func, cst.Attribute) else assign.value
+    block, index = ctx.facts.position(_after_optimizer_loop(ctx, statement, dotted(saved)))
     ctx.plan.inserts.append(Insert(block, index + 1, [line]))
 
 
@@ -168,7 +258,12 @@ def _quote_of(node: cst.BaseExpression) -> str:
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
     if ctx.scaler_expr is not None:
-        checkpoint_scaler(ctx, analysis.checkpoints)
+        links = analysis.links
+        passed = frozenset(id(p.site.call) for p in links.passes) if links else frozenset()
+        checkpoint_scaler(ctx, analysis.checkpoints, passed)
+    elif not (analysis.training.found or analysis.training.refused) and not (
+            ctx.options.plain and ctx.options.dtype == "bfloat16"):
+        unnamed_scaler_saves(ctx, analysis.checkpoints)  # (evaluation, with a callback's save)
 
 
 _CHECKPOINT_EXAMPLES = (
@@ -267,9 +362,42 @@ torch.save({"optimizers": [o.state_dict() for o in optimizers]}, "last.pt")
 """,
         codes=(SCALER_NOT_NAMED,),
     ),
+    Example(
+        before="""\
+import torch
+from utils import load_checkpoint
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+load_checkpoint("last.pt", model, optimizer)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+from utils import load_checkpoint
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+load_checkpoint("last.pt", model, optimizer)
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(SCALER_NOT_RESTORED,),
+    ),
 )
 
 
 RULE = rule("checkpoint", (SCALER_STATE_SAVED, SCALER_STATE_RESTORED, OPTIMIZER_SAVED_ALONE,
-                           SCALER_NOT_NAMED),
+                           SCALER_NOT_NAMED, SCALER_NOT_RESTORED),
             _plan, examples=_CHECKPOINT_EXAMPLES)

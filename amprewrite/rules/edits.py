@@ -179,10 +179,48 @@ def too_long(
         return False
     line = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
     if "\n" in line:
-        return False  # a statement over several lines: its layout is the author's
+        # a statement over several lines: its layout is the author's, but for a container on
+        # its first line (`torch.save({...},` then the path on the next)
+        if first_line_column(facts, container) is None:
+            return False
+        line = line.split("\n", 1)[0]
     length = facts.indentation(statement) + len(line)
     length += sum(len(", " + module.code_for_node(node)) for node in added)
     return length > limit
+
+
+def first_line_column(facts: ModuleFacts, container: Container) -> int | None:
+    """The column of a one-line container on the first line of a statement written over
+    several lines (`torch.save({"model": model}, ` with the path on the next), else None."""
+    statement = facts.owner.get(id(container))
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return None
+    module = facts.module
+    code = module.code_for_node(statement.with_changes(leading_lines=())).rstrip("\r\n")
+    first, inner = code.split("\n", 1)[0], module.code_for_node(container)
+    if "\n" not in code or "\n" in inner or first.count(inner) != 1:
+        return None
+    return facts.indentation(statement) + first.index(inner)
+
+
+def continued_at(build: Builder, column: int) -> Builder:
+    """`build`, then its container's last item on a line of its own, aligned one column
+    past the container's opening bracket at `column` (`{"a": 1,` / ` "b": 2}`)."""
+
+    def wrap(node: cst.CSTNode) -> cst.CSTNode:
+        built = build(node)
+        assert isinstance(built, Container)
+        attribute = _attribute(built)
+        items = list(getattr(built, attribute))
+        if len(items) < 2 or not isinstance(items[-2].comma, cst.Comma):
+            return built
+        newline = cst.ParenthesizedWhitespace(indent=False,
+                                              last_line=cst.SimpleWhitespace(" " * (column + 1)))
+        items[-2] = items[-2].with_changes(comma=items[-2].comma.with_changes(
+            whitespace_after=newline))
+        return built.with_changes(**{attribute: items})
+
+    return wrap
 
 
 def one_per_line(build: Builder, indent: str) -> Builder:

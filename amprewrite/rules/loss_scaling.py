@@ -103,8 +103,11 @@ def route_steps(ctx: RuleContext, steps: list[StepSite]) -> None:
                               f"`{ctx.scaler_expr}.step({optimizer_text})`"))
 
 
-def add_updates(ctx: RuleContext, after: list[StepSite]) -> None:
-    """`scaler.update()` right after each last optimizer step of an iteration."""
+def add_updates(
+    ctx: RuleContext, after: list[StepSite], per_step: frozenset[int] = frozenset()
+) -> None:
+    """`scaler.update()` right after each last optimizer step of an iteration (after every
+    step, for those in `per_step`, by the ids of their calls)."""
     assert ctx.scaler_expr is not None
     code = f"{ctx.scaler_expr}.update()"
     for site in after:
@@ -121,11 +124,19 @@ def add_updates(ctx: RuleContext, after: list[StepSite]) -> None:
         else:
             smalls = [line.body[0] for line in lines]
             ctx.plan.small_inserts.append(InsertAfterSmall(small, smalls))
-        ctx.notes.append(Note(UPDATE_ADDED, site.call, f"`{code}` added after the last optimizer "
-                              "step of the iteration"))
+        ctx.notes.append(Note(UPDATE_ADDED, site.call, f"`{code}` added after "
+                              + (_EACH_STEP if id(site.call) in per_step
+                                 else "the last optimizer step of the iteration")))
 
 
-def add_updates_at(ctx: RuleContext, points: list[UpdatePoint]) -> None:
+# Where one optimizer steps twice in an iteration (lazy regularisation): one update per step.
+_EACH_STEP = ("this step, as after every step of the iteration (or script): an optimizer "
+              "steps more than once in it")
+
+
+def add_updates_at(
+    ctx: RuleContext, points: list[UpdatePoint], per_step: frozenset[int] = frozenset()
+) -> None:
     """`scaler.update()` where a path leaves the iteration, or once after the statement
     holding the iteration's last step, when no single step is last on every path."""
     assert ctx.scaler_expr is not None
@@ -145,7 +156,8 @@ def add_updates_at(ctx: RuleContext, points: list[UpdatePoint]) -> None:
             block, index = ctx.facts.position(node)
             ctx.plan.inserts.append(Insert(block, index if point.before else index + 1, [line]))
             where = "before leaving the iteration" if point.before else (
-                "after the last optimizer step on every path of the iteration")
+                f"after {_EACH_STEP}" if id(node) in per_step
+                else "after the last optimizer step on every path of the iteration")
         ctx.notes.append(Note(UPDATE_ADDED, node, f"`{code}` added {where}"))
 
 
@@ -154,8 +166,9 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
         return
     scale_backwards(ctx, analysis.training.backwards)
     route_steps(ctx, analysis.training.steps)
-    add_updates(ctx, analysis.training.updates_after)
-    add_updates_at(ctx, analysis.training.updates_at)
+    per_step = frozenset(analysis.training.updated_per_step)
+    add_updates(ctx, analysis.training.updates_after, per_step)
+    add_updates_at(ctx, analysis.training.updates_at, per_step)
 
 
 _LOSS_SCALING_EXAMPLES = (

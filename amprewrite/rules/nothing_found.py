@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING
 
 from amprewrite.analysis.ema_buffers import BUFFER_PRODUCT
 from amprewrite.findings import NOTHING_TO_DO, Finding
-from amprewrite.rules.checkpoint import SCALER_NOT_NAMED, unnamed_scaler_saves
+from amprewrite.rules.checkpoint import (
+    SCALER_NOT_NAMED,
+    SCALER_NOT_RESTORED,
+    unnamed_scaler_saves,
+)
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.registry import Example, rule
 from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
@@ -48,4 +52,4 @@ saliency = x.grad.abs()
 
 
 RULE = rule("nothing-found", (NOTHING_TO_DO,), _nothing_found, _NOTHING_FOUND_EXAMPLES,
-            reports=(*TRAINING_SITES, BUFFER_PRODUCT, SCALER_NOT_NAMED))
+            reports=(*TRAINING_SITES, BUFFER_PRODUCT, SCALER_NOT_NAMED, SCALER_NOT_RESTORED))

@@ -154,4 +154,4 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
 RULE = rule("scaler-threading", (SCALER_PARAMETER, SCALER_PASSED, SCALER_INHERITED), _plan,
             projects=("engine_function", "helper_module_checkpoints",
                       "trainer_receives_optimizer", "package_chain", "base_class_checkpoints",
-                      "engine_through_package_path"))
+                      "engine_through_package_path", "registry_base_trainer"))

@@ -10,6 +10,7 @@ from amprewrite.analysis.existing_amp import EVALUATION_ONLY_AUTOCAST, OPTIONAL_
 from amprewrite.analysis.fp32_forwards import FORWARD_LEFT_FP32
 from amprewrite.analysis.gram_matrices import GRAM_MATRIX
 from amprewrite.analysis.hazards import AUTOGRAD_GRAD, MANUAL_CAST
+from amprewrite.analysis.kept_gradients import GRADIENTS_KEPT_ACROSS_STEPS
 from amprewrite.analysis.scaler_protocol import GRADIENTS_WITHOUT_OPTIMIZER, PROTOCOL_NOT_KEPT
 from amprewrite.analysis.stored_forwards import FORWARD_RUNS_ELSEWHERE
 from amprewrite.analysis.training_step import (
@@ -37,7 +38,7 @@ TRAINING_SITES = (
     BACKWARD_IN_CLOSURE, STEP_WITHOUT_BACKWARD, AUTOGRAD_BACKWARD, BACKWARD_WITH_ARGUMENT,
     OPTIMIZER_BOUND_ON_SOME_PATHS, OPAQUE_CALL_ON_SCALED_GRADIENTS, PROTOCOL_NOT_KEPT,
     GRADIENTS_WITHOUT_OPTIMIZER, BACKWARD_OF_NON_TENSOR, TWO_STEP_OPTIMIZER,
-    GRADIENTS_USED_OUT_OF_REACH,
+    GRADIENTS_USED_OUT_OF_REACH, GRADIENTS_KEPT_ACROSS_STEPS,
 )
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
