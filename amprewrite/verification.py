@@ -106,8 +106,11 @@ class _Input:
         self.source = source
         self.module = module
         self.text = source.decode(module.encoding)
-        spans = layout.spans if len(layout.spans) == len(module.body) else _spans(self.text)
-        self.top_level = TopLevel(self.text, spans)
+        # libcst's positions are the text's (a file starting with a line continuation, which
+        # libcst does not keep, is not compared outside the edits: its lines do not line up)
+        self.lined_up = len(layout.spans) == len(module.body) and layout.length == len(
+            self.text)
+        self.top_level = TopLevel(self.text, layout.spans)
         self._tree: ast.Module | None = None
         self._violations: Counter[tuple[str, str, object]] | None = None
         self._unbound: set[tuple[str, str]] | None = None
@@ -131,19 +134,6 @@ class _Input:
         if self._unbound is None:
             self._unbound = unbound_names(self.text)
         return self._unbound
-
-
-def _spans(text: str) -> list[tuple[int, int]]:
-    """The character spans of a source's top-level statements (where libcst's do not line
-    up with them)."""
-    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
-    spans = []
-    for statement in ast.parse(text).body:
-        decorators = getattr(statement, "decorator_list", None)
-        first = decorators[0].lineno if decorators else statement.lineno
-        last = statement.end_lineno or statement.lineno
-        spans.append((starts[first - 1], starts[last] if last < len(starts) else len(text)))
-    return spans
 
 
 def verify(
@@ -199,7 +189,9 @@ def _problems(
             line = _first_use(text, name)
             problems.append(_Problem(NAME_UNBOUND, to_input(line), 0, scope.replace("/", "."),
                                      f"`{name}` is read here but nothing binds it"))
-    for change in changed_outside(before.top_level, tree, text, _edited(sites, layout, before)):
+    changes = changed_outside(before.top_level, tree, text, _edited(sites, layout, before)) if (
+        before.lined_up) else []
+    for change in changes:
         problems.append(_Problem(CODE_CHANGED_ELSEWHERE, change.line, 0, change.scope,
                                  "this statement differs in the rewrite, though no edit of the "
                                  "plan is on it"))

@@ -337,10 +337,11 @@ class KindTable:
                 if key is not None:
                     methods_by_key.setdefault(key, set()).add(call.func.attr.value)
         for key, methods in methods_by_key.items():
-            if key in self.kinds or self._an_object(key):
+            if key in self.kinds:
                 continue
             if {"zero_grad", "step"} <= methods:
-                self._set(key, Kind.OPTIMIZER)
+                if not self._an_object(key):
+                    self._set(key, Kind.OPTIMIZER)
             elif "eval" in methods and "step" not in methods:
                 self._set(key, Kind.MODEL)
 

@@ -759,9 +759,18 @@ def _fed_unscaled(
                        if other.function is step.function
                        and facts.order[other.statement] < end)])
         if any(b.function is step.function and start < facts.order[b.statement] < end
-               for b in unscaled):
+               and not _own_backward(b, step) for b in unscaled):
             fed.append(step)
     return fed
+
+
+def _own_backward(backward: BackwardSite, step: StepSite) -> bool:
+    """`optimizer.backward(loss)` before `optimizer.step()`: an optimizer scaling its own
+    losses (apex's FP16_Optimizer), on the path where the script steps it as it is (an
+    optional apex path turns the grad scaler off there)."""
+    func = backward.call.func
+    return (isinstance(func, cst.Attribute) and step.key is not None
+            and dotted(func.value) == step.key)
 
 
 def _has_backward(function: cst.FunctionDef | None, sites: CallSites) -> bool:
