@@ -22,6 +22,7 @@ from amprewrite.findings import (
     NOTHING_TO_DO,
     Finding,
 )
+from amprewrite.ledger import account
 from amprewrite.line_map import line_map
 from amprewrite.options import Options, validate
 from amprewrite.recipes import choose
@@ -49,6 +50,7 @@ class RewriteResult:
     source: bytes  # the new source; identical bytes when nothing changed
     findings: list[Finding] = field(default_factory=list)
     changed: bool = False
+    own_amp: bool = False  # the author's or a framework's precision is kept (`owns_precision`)
 
 
 class RewriteError(Exception):
@@ -82,11 +84,32 @@ def too_large(size: int) -> Finding:
 
 
 def rewrite_source(source: bytes, options: Options) -> RewriteResult:
-    """Rewrite one Python source (bytes, any PEP 263 encoding) for `options`."""
+    """Rewrite one Python source (bytes, any PEP 263 encoding) for `options`; every site of
+    its ledger accounted for (`ledger`)."""
     try:
-        return _rewrite(source, options)
+        result = _rewrite(source, options)
     except RecursionError as exc:  # libcst walks recursively: a pathologically deep file
         raise RewriteError(_too_deep()) from exc
+    return accounted(source, result, options)
+
+
+def accounted(source: bytes, result: RewriteResult, options: Options) -> RewriteResult:
+    """`result` with a generic finding at each site of the source's ledger it leaves silent
+    (not at O0, whose goal is FP32: a site left FP32 there is what was asked)."""
+    if options.opt_level == "O0" or any(f.code == TOO_LARGE for f in result.findings):
+        return result
+    if result.own_amp:
+        return result  # the author's or a framework's precision: the lint checked its sites
+    extra = account(source, result.source, result.findings)
+    if not extra:
+        return result
+    findings = list(result.findings)
+    cut = len(findings)  # the file-level findings (at 1:1) that end the list stay last
+    while cut and (findings[cut - 1].line, findings[cut - 1].col) == (1, 1):
+        cut -= 1
+    lines = sorted([*findings[:cut], *extra], key=lambda f: (f.line, f.col, f.code))
+    return RewriteResult(result.source, [*lines, *findings[cut:]], result.changed,
+                         result.own_amp)
 
 
 def _too_deep() -> Finding:
@@ -128,7 +151,9 @@ def rewrite_analysed(analysis: ModuleAnalysis, source: bytes, options: Options) 
         recipe.finish(ctx, analysis)
     if recipe.rewrites_result is not None and recipe.rewrites_result(options):
         return _then_rewrite(module, source, ctx, options)
-    return _apply(module, source, ctx)
+    result = _apply(module, source, ctx)
+    result.own_amp = recipe.owns_precision
+    return result
 
 
 def _then_rewrite(
@@ -161,7 +186,7 @@ def _then_rewrite(
         for f in second.findings if f.code not in (NOTHING_TO_DO, ALREADY_MIXED_PRECISION)
     ]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
-    return RewriteResult(second.source, findings, second.source != source)
+    return RewriteResult(second.source, findings, second.source != source, second.own_amp)
 
 
 def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:

@@ -26,7 +26,7 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.tree import descendants
 from amprewrite.analysis.unsafe_losses import unsafe_calls
 from amprewrite.analysis.unscaling import Unscale, gradient_uses
-from amprewrite.catalog import LINT, declare
+from amprewrite.catalog import LINT, SKIP, declare
 
 STEP_BYPASSES_SCALER = declare(
     "AMP601", LINT, "optimizer step bypasses the grad scaler",
@@ -108,6 +108,21 @@ HALF_CAST_NEXT_TO_SCALER = declare(
     example=(
         "scaler = torch.amp.GradScaler()\n"
         "model = model.half()"
+    ),
+)
+
+FP32_PATH_KEPT = declare(
+    "AMP630", SKIP, "the author's FP32 path beside its own mixed precision, kept",
+    "Nothing to do: wherever this backward or step runs, the script's grad scaler is None or "
+    "off (`if scaler is None:`, the FP32 arm of the author's flag), so it is no mistake and "
+    "no fix target. The flag that turns the mixed precision on is named at the scaler "
+    "(AMP611).",
+    why="A plain backward or optimizer step of a script that scales its losses runs only on "
+        "paths where the protocol check sees its grad scaler None, unbound or disabled.",
+    example=(
+        "if fp16_scaler is None:\n"
+        "    loss.backward()\n"
+        "    optimizer.step()"
     ),
 )
 
@@ -273,7 +288,10 @@ def _judged(
     def sort_out(items: list[T], node: Callable[[T], cst.CSTNode],
                  verdict: Callable[[cst.CSTNode], Verdict], note: Callable[[T], Note],
                  fixes: list[T], unsafe_fixes: list[T]) -> None:
-        safe, report, risky = split(items, lambda item: verdict(node(item)))
+        fp32: list[T] = []
+        safe, report, risky = split(items, lambda item: verdict(node(item)), fp32)
+        notes.extend(Note(FP32_PATH_KEPT, node(item), f"the author's FP32 path: `{scaler}` is "
+                          "None or off wherever this runs; kept as written") for item in fp32)
         fixes.extend(safe)
         unsafe_fixes.extend(risky)
         for item in [*safe, *report, *risky]:

@@ -32,7 +32,8 @@ class Verdict(enum.Enum):
     FIX = "fix"  # seen, and safe to fix
     REPORT = "report"  # seen, but the scaler may be None or off there: reported, not fixed
     UNSAFE = "unsafe"  # no path of the checker's reaches it: the fix only with --unsafe-fixes
-    DROP = "drop"  # seen, and not a mistake on any path (the FP32 arm of a flag)
+    DROP = "drop"  # seen, and not a mistake on any path
+    FP32_PATH = "fp32 path"  # seen only where the scaler is None or off: the author's FP32 path
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Evidence:
             return Verdict.UNSAFE
         values = observed.get(self.scaler, frozenset({ir.UNKNOWN}))
         if not values & _ON:
-            return Verdict.DROP
+            return Verdict.FP32_PATH
         return Verdict.REPORT if values & _RAISES else Verdict.FIX
 
     def plain_step(self, call: cst.CSTNode) -> Verdict:
@@ -74,14 +75,15 @@ class Evidence:
         if any(v.code.id == PLAIN_STEP_OF_SCALED.id and (v.line, v.col) == where
                for v in self.reading.violations):
             return self._judge(where)
-        return Verdict.DROP  # no step the checker saw (a scheduler's), or none with scaled ones
+        verdict = self._judge(where)  # no step the checker saw (a scheduler's), or none with
+        return verdict if verdict is Verdict.FP32_PATH else Verdict.DROP  # scaled gradients
 
     def feeding_backward(self, call: cst.CSTNode) -> Verdict:
         """An unscaled backward in a function that steps nothing through the scaler: a
         mistake only where its gradients reach a step that applies scaled ones too."""
         where = self._where(call)
         verdict = self._judge(where)
-        if verdict is Verdict.UNSAFE or any(
+        if verdict in (Verdict.UNSAFE, Verdict.FP32_PATH) or any(
                 where in v.sources for v in self.reading.violations
                 if v.code.id in (PLAIN_STEP_OF_SCALED.id, UNSCALED_INTO_SCALED_STEP.id)):
             return verdict
@@ -140,9 +142,10 @@ def consistent(
 
 
 def split(
-    items: Iterable[T], verdict: Callable[[T], Verdict]
+    items: Iterable[T], verdict: Callable[[T], Verdict], fp32: list[T] | None = None
 ) -> tuple[list[T], list[T], list[T]]:
-    """`items` as (safe to fix, to report only, unsafe to fix); the dropped left out."""
+    """`items` as (safe to fix, to report only, unsafe to fix), those on the author's FP32
+    path into `fp32`; the dropped left out."""
     safe: list[T] = []
     report: list[T] = []
     unsafe: list[T] = []
@@ -154,4 +157,6 @@ def split(
             report.append(item)
         elif judged is Verdict.UNSAFE:
             unsafe.append(item)
+        elif judged is Verdict.FP32_PATH and fp32 is not None:
+            fp32.append(item)
     return safe, report, unsafe

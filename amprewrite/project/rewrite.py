@@ -198,7 +198,8 @@ def _carry_out(
             continue
         source = program.sources[module.path]
         try:
-            result = engine.rewrite_analysed(module.analysis, source, options)
+            result = engine.accounted(
+                source, engine.rewrite_analysed(module.analysis, source, options), options)
         except Exception as exc:
             return _blocked_by(program, group, named, module.path, rewrite_failure(exc))
         changed = result.changed and result.source != source

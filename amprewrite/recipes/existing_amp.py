@@ -34,6 +34,7 @@ def _lint_context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
 
 LINT = Recipe(
     name="lint",
+    owns_precision=True,
     applies=_kept,
     context=_lint_context,
     rules=(lint_fixes.RULE, own_amp_kept.RULE),

@@ -27,6 +27,7 @@ def _switch_header(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
 
 FRAMEWORK_SWITCH = Recipe(
     name="framework-switch",
+    owns_precision=True,
     applies=lambda analysis, options: analysis.framework is not None,
     context=_switch_context,
     rules=(framework_switch.RULE,),
@@ -45,6 +46,7 @@ def _trainer_context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
 
 TRAINER_APIS = Recipe(
     name="trainer-apis",
+    owns_precision=True,
     applies=lambda analysis, options: (bool(analysis.trainer_apis)
                                        and analysis.existing_amp is None
                                        and options.opt_level != "O0"),

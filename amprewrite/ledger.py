@@ -1,0 +1,290 @@
+"""The site ledger: a cheap syntactic inventory of every AMP-relevant site of a file, made
+without the planner's recognition, and the check that each has a disposition once the file is
+rewritten: its line changed, or a finding stands at it. A site with neither gets a generic
+finding (AMP011), so that no site the tool could have acted on is silent.
+
+Sites: each `.backward(`; each `.step(` and `.zero_grad(` whose receiver is not plainly
+something else (a scheduler, an environment, a call with data for arguments); each autocast,
+grad scaler and apex name; each `state_dict()` / `load_state_dict(` of an optimizer-named
+receiver; each call of a model-named callable in a function that runs a backward. A
+`zero_grad()` is accounted for where a step of the file is. A file whose precision is its
+author's or a framework's (the lint, a framework's switch) is checked whole by its recipe: the
+engine does not hold it to the ledger.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from amprewrite.catalog import SKIP, Severity, declare
+from amprewrite.findings import Finding
+
+SITE_WITHOUT_DISPOSITION = declare(
+    "AMP011", SKIP, "AMP site left unchanged without a finding of its own",
+    "amprewrite saw this site (a backward, an optimizer step, a checkpoint of an optimizer, a "
+    "forward pass next to a backward, an AMP name) but found no role for it in a training "
+    "step it rewrote or checked, and had nothing more specific to say: check by hand whether "
+    "it belongs to a training step that should run in mixed precision.",
+    why="A site of the file's syntactic inventory (the ledger, made without the rewrite's "
+        "own recognition) has neither a changed line nor a finding at its line.",
+    example=(
+        "class ScheduledOptim:\n"
+        "    def step_and_update_lr(self):\n"
+        "        self._optimizer.step()  # a module that never names torch"
+    ),
+)
+
+# A file that mentions none of these has no site (one regular expression over its text).
+_CANDIDATE = re.compile(
+    rb"\.backward\(|\.step\(|zero_grad\(|autocast|GradScaler|\bapex\b|state_dict\(")
+_NOT_OPTIMIZER = re.compile(
+    r"sched|lr|warmup|env|sim|game|world|ema|swa|averag|progress|pbar|bar|timer|trainer|"
+    r"engine|accelerat|fabric|lightning|learner|callback|agent", re.IGNORECASE)
+_OPTIMIZER = re.compile(r"optim|(^|_)opts?($|_)", re.IGNORECASE)
+_MODEL = re.compile(
+    r"model|net|encoder|decoder|generator|discriminator|critic|actor|policy|classifier|"
+    r"backbone|head|\b[GD]\b|^[GD]_|_[GD]$", re.IGNORECASE)
+_FACTORY = re.compile(r"(make|build|create|get|init|load|new)_", re.IGNORECASE)
+_AMP_NAMES = frozenset({"autocast", "GradScaler", "ShardedGradScaler", "scale_loss"})
+_AMP_MODULES = ("apex", "torch.cuda.amp", "torch.cpu.amp", "torch.amp", "amprewrite_runtime")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One entry of the ledger: a 1-based line and 0-based column, what it is, its code."""
+
+    line: int
+    col: int
+    kind: str  # "backward", "step", "zero_grad", "amp", "checkpoint", "forward"
+    text: str
+    scope: tuple[int, int] = (0, 0)  # the lines of the function holding it ((0, 0): module)
+
+
+def inventory(source: bytes) -> list[Site]:
+    """The AMP-relevant sites of a source (none where its text names none)."""
+    if not _CANDIDATE.search(source):
+        return []
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return sorted(_Inventory().sites(tree), key=lambda s: (s.line, s.col))
+
+
+def _function_spans(sites: list[Site]) -> list[tuple[int, int]]:
+    return sorted({site.scope for site in sites if site.scope != (0, 0)})
+
+
+class _Inventory:
+    def sites(self, tree: ast.Module) -> Iterator[Site]:
+        # `self.backward()`, `self.step()` of a class of the module call its own method (whose
+        # body holds the real sites), not a tensor's backward or an optimizer's step
+        self.methods = {statement.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                        for statement in node.body
+                        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)}
+        yield from self._scope(tree.body, _runs_backward(tree.body), (0, 0))
+
+    def _scope(
+        self, body: list[ast.stmt], training: bool, scope: tuple[int, int]
+    ) -> Iterator[Site]:
+        for statement in body:
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                span = (statement.lineno, statement.end_lineno or statement.lineno)
+                yield from self._scope(statement.body, _runs_backward(statement.body), span)
+                continue
+            if isinstance(statement, ast.ClassDef):
+                yield from self._scope(statement.body, False, scope)
+                continue
+            for node in _own_nodes(statement):
+                site = self._site(node, training)
+                if site is not None:
+                    yield dataclasses.replace(site, scope=scope)
+            for inner in _blocks(statement):
+                yield from self._scope(inner, training, scope)
+
+    def _site(self, node: ast.AST, training: bool) -> Site | None:
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+                alias.name for alias in node.names]
+            if any(n == m or n.startswith(m + ".") for n in names for m in _AMP_MODULES):
+                return Site(node.lineno, node.col_offset, "amp", names[0])
+            return None
+        if isinstance(node, ast.Name | ast.Attribute) and _name(node) in _AMP_NAMES:
+            return Site(node.lineno, node.col_offset, "amp", _name(node) or "")
+        if not isinstance(node, ast.Call):
+            return None
+        func = node.func
+        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and func.value.id == "self" and func.attr in self.methods):
+            return None
+        if isinstance(func, ast.Attribute):
+            receiver = _text(func.value)
+            if func.attr == "backward":
+                scaled = isinstance(func.value, ast.Call) and isinstance(
+                    func.value.func, ast.Attribute) and func.value.func.attr == "scale"
+                return Site(node.lineno, node.col_offset, "amp" if scaled else "backward",
+                            f"{receiver}.backward()")
+            if func.attr in ("step", "zero_grad") and _may_be_optimizer(receiver, node):
+                return Site(node.lineno, node.col_offset, func.attr, f"{receiver}.{func.attr}()")
+            if func.attr in ("state_dict", "load_state_dict") and _OPTIMIZER.search(
+                    receiver.rsplit(".", 1)[-1]):
+                return Site(node.lineno, node.col_offset, "checkpoint",
+                            f"{receiver}.{func.attr}()")
+        if training and _called_model(func) and _MODEL.search(_text(func).rsplit(".", 1)[-1]):
+            return Site(node.lineno, node.col_offset, "forward", f"{_text(func)}(...)")
+        return None
+
+
+def _called_model(func: ast.expr) -> bool:
+    """`model(x)`, `self.net(x)`: a model-named callable, not a method of one, nor a class
+    or a factory building one (`Generator()`, `make_model()`)."""
+    if isinstance(func, ast.Name):
+        name = func.id
+    elif (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+          and func.value.id == "self"):
+        name = func.attr
+    else:
+        return False
+    return not name[:1].isupper() and not _FACTORY.match(name)
+
+
+def _may_be_optimizer(receiver: str, call: ast.Call) -> bool:
+    """Not plainly something else: a scheduler's or an environment's name, or data given
+    (an optimizer's step takes nothing or a closure)."""
+    last = receiver.rsplit(".", 1)[-1]
+    if _NOT_OPTIMIZER.search(last) and not _OPTIMIZER.search(last):
+        return False
+    closures = all(isinstance(a, ast.Lambda) or (isinstance(a, ast.Name) and "closure" in a.id)
+                   for a in call.args)
+    return closures and all(k.arg == "closure" for k in call.keywords)
+
+
+def _runs_backward(body: list[ast.stmt]) -> bool:
+    """Whether a block (not the functions it defines) calls a backward."""
+    for statement in body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for node in _own_nodes(statement):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "backward"):
+                return True
+        if any(_runs_backward(inner) for inner in _blocks(statement)):
+            return True
+    return False
+
+
+def _own_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
+    """A statement and the nodes of its own lines (not its nested blocks' statements)."""
+    yield statement
+    todo: list[ast.AST] = []
+    for name, value in ast.iter_fields(statement):
+        if name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            continue
+        items = value if isinstance(value, list) else [value]
+        todo.extend(item for item in items if isinstance(item, ast.AST))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
+    for name in ("body", "orelse", "finalbody"):
+        inner = getattr(statement, name, None)
+        if inner and isinstance(inner[0], ast.stmt):
+            yield inner
+    for handler in getattr(statement, "handlers", ()):
+        yield handler.body
+    for case in getattr(statement, "cases", ()):
+        yield case.body
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _text(node: ast.expr) -> str:
+    try:
+        return ast.unparse(node)
+    except (ValueError, RecursionError):
+        return "..."
+
+
+def unaccounted(sites: list[Site], findings: list[Finding], changed: set[int]) -> list[Site]:
+    """The sites with neither a changed line nor a finding at their line. A `zero_grad()` is
+    accounted for where a step of the file is (it needs no change of its own)."""
+    lines = {f.line for f in findings} | changed
+    stepped = any(site.kind == "step" and site.line in lines for site in sites)
+    return [site for site in sites if site.line not in lines
+            and not (site.kind == "zero_grad" and stepped)]
+
+
+def generic_findings(sites: list[Site], findings: list[Finding]) -> list[Finding]:
+    """A finding at each silent site, pointing to the finding that left its function's (or
+    the module level's) training step alone, else one that left another step of the file
+    alone, where there is one."""
+    skips = [f for f in findings if f.severity is Severity.SKIP]
+    spans = _function_spans(sites)
+
+    def scope_of(line: int) -> tuple[int, int]:
+        inner = [span for span in spans if span[0] <= line <= span[1]]
+        return max(inner, key=lambda span: span[0]) if inner else (0, 0)
+
+    out = []
+    for site in sites:
+        same = next((f for f in skips if scope_of(f.line) == site.scope), None)
+        other = None if same is not None else next(iter(skips), None)
+        out.append(Finding(SITE_WITHOUT_DISPOSITION, site.line, site.col + 1,
+                           _message(site, same, other)))
+    return out
+
+
+def _message(site: Site, same: Finding | None, other: Finding | None) -> str:
+    what = {"backward": "backward", "step": "optimizer-like step", "zero_grad": "zero_grad",
+            "amp": "AMP name", "checkpoint": "optimizer checkpoint", "forward": "forward pass"}
+    shown = f"`{site.text}` ({what[site.kind]})"
+    if same is not None:
+        return (f"{shown} is left unchanged with the rest of its training step: {same.code} "
+                f"at line {same.line} says why")
+    if other is not None:
+        return (f"{shown} is left unchanged; {other.code} at line {other.line} reports the "
+                "training step of this file left alone")
+    return (f"{shown}: no role found for it in a training step amprewrite rewrote or checked; "
+            "left unchanged, check it by hand")
+
+
+def account(source: bytes, output: bytes, findings: list[Finding]) -> list[Finding]:
+    """The generic findings for the sites of `source` that its rewrite `output` and its
+    `findings` leave without a disposition."""
+    sites = inventory(source)
+    if not sites:
+        return []
+    return generic_findings(unaccounted(sites, findings, changed_lines(source, output)),
+                            findings)
+
+
+def changed_lines(before: bytes, after: bytes) -> set[int]:
+    """The input's lines the output replaced or removed, and those an insertion follows."""
+    if before == after:
+        return set()
+    import difflib  # imported here: only rewritten files need it
+
+    old, new = before.splitlines(), after.splitlines()
+    changed: set[int] = set()
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, i1, i2, _j1, _j2 in matcher.get_opcodes():
+        if tag in ("replace", "delete"):
+            changed.update(range(i1 + 1, i2 + 1))
+        elif tag == "insert":
+            changed.add(i1)  # the line the insertion follows (a step whose update comes after)
+    return changed
