@@ -1,0 +1,284 @@
+"""Generated programs as tests (issue 36, part 3): FP32 training programs from
+tests/programs.py, rewritten at O1 (and O2), must come out compiled, clean under the protocol
+checker (no violation the input did not have, and no plan the engine had to reject), and with
+every backward and step site of the input either changed or carrying a finding at its line
+(the ledger).
+
+The bugs the generator found and that are not fixed yet are in `KNOWN`, each with its
+minimised program: the properties skip what a known bug covers, and
+`test_each_known_bug_is_still_there` fails once it is fixed, so that its entry goes.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import nbformat
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from nbformat.v4 import new_code_cell, new_notebook
+
+from amprewrite.catalog import Severity
+from amprewrite.engine import rewrite_source
+from amprewrite.findings import Finding
+from amprewrite.notebook_cells import CellFinding
+from amprewrite.notebooks import rewrite_notebook
+from amprewrite.options import Options
+from amprewrite.protocol.check import violations
+from amprewrite.protocol.invariants import REJECTIONS, Violation
+from tests.programs import AMPS, PROFILE, Program, programs
+
+REJECTED = frozenset(code for code in REJECTIONS)
+LEVELS = st.sampled_from(["O1", "O2"])
+
+
+# --- one rewrite, and what it did wrong ---
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A program and its rewrite, each as one text (a notebook's code cells joined), and the
+    findings, on lines of `before`."""
+
+    program: Program
+    opt_level: str
+    before: str
+    after: str
+    findings: tuple[Finding, ...]
+
+
+@functools.cache
+def rewrite(program: Program, opt_level: str = "O1") -> Rewrite:
+    options = Options(opt_level=opt_level)
+    if program.home != "notebook":
+        result = rewrite_source(program.source.encode(), options)
+        return Rewrite(program, opt_level, program.source, result.source.decode(),
+                       tuple(result.findings))
+    cells = program.cells
+    notebook = new_notebook(cells=[new_code_cell(text.rstrip("\n"), id=f"c{n}")
+                                   for n, text in enumerate(cells)])
+    rewritten = rewrite_notebook((nbformat.writes(notebook) + "\n").encode(), options)
+    after = [cell.source + "\n" for cell in nbformat.reads(rewritten.source.decode(),
+                                                           as_version=4).cells]
+    starts = [sum(text.count("\n") for text in cells[:n]) for n in range(len(cells))]
+    findings = tuple(Finding(f.code, starts[f.cell - 1] + f.line, f.col, f.message)
+                     if isinstance(f, CellFinding) else f for f in rewritten.findings)
+    return Rewrite(program, opt_level, "".join(cells), "".join(after), findings)
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str  # "input", "crash", "rejected", "violation", "silent"
+    text: str
+    code: str = ""  # of a violation or rejection
+
+    @property
+    def names(self) -> set[str]:
+        """What a known bug's `kinds` may name it by: its kind, or its kind and code."""
+        return {self.kind, f"{self.kind} {self.code}"}
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.text}"
+
+
+def problems(done: Rewrite) -> list[Problem]:
+    """Every property `done` breaks: the generated input is clean, the output compiles, the
+    engine rejected nothing, the output has no violation the input had not, and every site
+    (at O2 also the model's cast) has a disposition."""
+    found = [Problem("input", f"the checker rejects the generated program: {v.code} line "
+                     f"{v.line} {v.message}", v.code) for v in _violations(done.before)]
+    try:
+        compile(done.after, "rewritten.py", "exec")
+    except SyntaxError as exc:
+        return [*found, Problem("crash", f"the rewrite does not compile: {exc}")]
+    found += [Problem("rejected", f"the engine rejected its plan: {f.format('t.py')}", f.code)
+              for f in done.findings if f.code in REJECTED]
+    baseline = Counter((v.code, v.scope) for v in _violations(done.before))
+    for v in _violations(done.after):
+        if baseline[(v.code, v.scope)] > 0:
+            baseline[(v.code, v.scope)] -= 1
+        else:
+            found.append(Problem("violation", f"the rewrite breaks {v.code} at its line "
+                                 f"{v.line} ({v.site}): {v.message}", v.code))
+    codes = {f.code for f in done.findings}
+    created = done.after.count("GradScaler(") > done.before.count("GradScaler(")
+    if done.opt_level in ("O2", "O3") and created and not codes & {"AMP160", "AMP260"}:
+        found.append(Problem("silent", f"at {done.opt_level} the model is neither cast (AMP160) "
+                             "nor reported uncast (AMP260)"))
+    disposed = {f.line for f in done.findings} | _changed_lines(done.before, done.after)
+    found += [Problem("silent", f"line {line} `{site}`: neither changed nor reported")
+              for line, site in sites(done.before) if line not in disposed]
+    return found
+
+
+def _violations(source: str) -> list[Violation]:
+    return violations(ast.parse(source), source)
+
+
+MODELS = frozenset({"model", "generator", "critic"})  # the generated programs' models
+
+
+def sites(source: str) -> list[tuple[int, str]]:
+    """The sites of a program the rewrite must account for, by line: its backward passes
+    (`.backward(`, `torch.autograd.backward(`, `torch.autograd.grad(`), its steps, and the
+    checkpoint calls of anything but a model (an optimizer, or `obj` of a loop over them)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = ast.unparse(func)
+        if (name.endswith((".backward", ".step"))
+                or name in ("torch.autograd.backward", "torch.autograd.grad")
+                or (isinstance(func, ast.Attribute) and func.attr in ("state_dict",
+                                                                      "load_state_dict")
+                    and ast.unparse(func.value).rsplit(".", 1)[-1] not in MODELS)):
+            found.append((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+def _changed_lines(before: str, after: str) -> set[int]:
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(),
+                                      autojunk=False)
+    return {line + 1 for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal"
+            for line in range(i1, i2)}
+
+
+# --- the bugs found, not fixed yet ---
+
+@dataclass(frozen=True)
+class Known:
+    """A bug the generator found: the programs it covers (given their rewrite), its
+    minimised program, and the kinds of problem it causes there."""
+
+    what: str
+    covers: Callable[[Rewrite], bool]
+    example: Program
+    kinds: frozenset[str]
+    opt_level: str = "O1"  # the example's
+
+
+def _refused(done: Rewrite) -> bool:
+    return any(f.severity is Severity.SKIP and f.code.startswith("AMP2") for f in done.findings)
+
+
+KNOWN: dict[str, Known] = {
+    "indexed optimizers clipped": Known(
+        "checker: `scaler.unscale_(optimizers[0])` (or `[\"main\"]`) does not count for the "
+        "step of `optimizers[0]`, so clipping after it reads AMP706 (a correct rewrite is "
+        "rejected, a correct input flagged)",
+        lambda d: d.program.holder in ("dict", "list") and d.program.clip != "none",
+        Program(holder="list", clip="direct"),
+        frozenset({"input AMP706", "rejected AMP706", "rejected AMP708", "rejected AMP709",
+                   "silent"})),
+    "namespace optimizers of a GAN clipped": Known(
+        "checker: the models of optimizers built in `SimpleNamespace(d=SGD(critic.parameters()"
+        "), g=...)` are not read, so clipping the critic after `unscale_(optimizers.d)` may "
+        "read `optimizers.g`'s scaled gradients (AMP706)",
+        lambda d: (d.program.holder == "namespace" and d.program.step in ("gan", "wgan")
+                   and d.program.clip != "none"),
+        Program(holder="namespace", step="gan", clip="direct"),
+        frozenset({"input AMP706", "rejected AMP706", "rejected AMP708", "rejected AMP709",
+                   "silent"})),
+    "step helper shared by a refused backward": Known(
+        "planner: `optimizer_step(optimizer)` serves the refused `loss.backward(torch.ones_like"
+        "(loss))` (AMP207) and the scaled lazy penalty: the helper is routed through the "
+        "scaler anyway (AMP702, AMP708)",
+        lambda d: (d.program.helpers in ("step", "both") and d.program.step == "lazy"
+                   and d.program.backward == "seeded"),
+        Program(step="lazy", backward="seeded", helpers="step"),
+        frozenset({"rejected AMP702", "rejected AMP708", "silent"})),
+    "None-guarded scaler": Known(
+        "planner (lint): `if scaler is None: loss.backward(); optimizer.step()` is rewritten "
+        "to call the None scaler (AMP701; the issue's DINO shape, at module level)",
+        lambda d: d.program.amp == "none_guarded",
+        Program(amp="none_guarded"), frozenset({"rejected AMP701", "silent"})),
+    "flag-gated scaler in a checkpoint": Known(
+        "planner (lint): a scaler bound under `if USE_AMP:` is saved unconditionally "
+        "(`\"scaler\": scaler.state_dict()`: NameError in the FP32 run, AMP701); the AMP605 "
+        "at the restore says the scaler does not exist yet",
+        lambda d: d.program.amp == "flag" and d.program.checkpoint in ("inline", "helper"),
+        Program(amp="flag", checkpoint="inline"), frozenset({"rejected AMP701", "silent"})),
+    "closure's scaler in a checkpoint helper": Known(
+        "planner (lint): the module-level `save_checkpoint` gets `scaler.state_dict()` for a "
+        "scaler local to `main()` (AMP709)",
+        lambda d: (d.program.amp != "fp32" and d.program.home == "closure"
+                   and d.program.checkpoint == "helper"),
+        Program(amp="enabled", home="closure", checkpoint="helper"),
+        frozenset({"rejected AMP709", "silent"})),
+    "O2 with optimizers in a container": Known(
+        "planner: at O2 optimizers held in a dict, list or `SimpleNamespace` get no "
+        "`scaler.initialize(model, optimizer)` and no AMP260: the rewrite trains in float32 "
+        "(the runtime warns at the first step)",
+        lambda d: d.opt_level in ("O2", "O3") and d.program.holder in ("dict", "list",
+                                                                       "namespace"),
+        Program(holder="dict"), frozenset({"silent"}), "O2"),
+    "checkpoint through **kwargs or a comprehension": Known(
+        "planner: `save_checkpoint(path, model=model, optimizer=optimizer)` saving "
+        "`{name: obj.state_dict() for name, obj in objects.items()}` (and its restorer looping "
+        "`obj.load_state_dict(checkpoint[name])`) gets no scaler state and no finding (the "
+        "issue's keyword-driven restorer); an inline dict comprehension likewise",
+        lambda d: d.program.checkpoint in ("kwargs", "comprehension"),
+        Program(checkpoint="kwargs"), frozenset({"silent"})),
+    "namespace optimizer stepped in a helper, checkpointed": Known(
+        "planner: `optimizer_step(optimizers.main)` is routed through the scaler, but the "
+        "checkpoint of `optimizers.main` gets no scaler state and no finding",
+        lambda d: (d.program.holder == "namespace" and d.program.helpers in ("step", "both")
+                   and d.program.checkpoint in ("inline", "helper")),
+        Program(holder="namespace", checkpoint="inline", helpers="step"),
+        frozenset({"silent"})),
+    "ledger: lint path": Known(
+        "ledger (part 2 of the issue): a program with its own AMP gets one file-level note "
+        "(AMP002), no finding at its sites",
+        lambda d: d.program.amp != "fp32", Program(amp="enabled"), frozenset({"silent"})),
+    "ledger: refused step": Known(
+        "ledger (part 2 of the issue): a refused training step reports the site it refuses "
+        "at, not its other sites (lazy regularisation: AMP210 at the second step only)",
+        _refused, Program(step="lazy"), frozenset({"silent"})),
+}
+
+
+def unexplained(done: Rewrite) -> list[Problem]:
+    """The problems of `done` that no known bug covers."""
+    covered = {kind for known in KNOWN.values() if known.covers(done) for kind in known.kinds}
+    return [problem for problem in problems(done) if not problem.names & covered]
+
+
+@pytest.mark.parametrize("name", KNOWN)
+def test_each_known_bug_is_still_there(name: str) -> None:
+    known = KNOWN[name]
+    done = rewrite(known.example, known.opt_level)
+    assert known.covers(done)
+    kinds = {name for problem in problems(done) for name in problem.names}
+    assert kinds & known.kinds, f"fixed? {name}: remove it from KNOWN ({known.what})"
+
+
+# --- the properties ---
+
+def _check_rewrite(program: Program, opt_level: str) -> None:
+    found = unexplained(rewrite(program, opt_level))
+    assert not found, "\n".join(map(str, found)) + "\n\n" + program.source
+
+
+@settings(PROFILE, max_examples=10)
+@given(program=programs(amp=AMPS), opt_level=LEVELS)
+@example(program=Program(), opt_level="O1")
+@example(program=Program(home="notebook", step="gan", clip="direct"), opt_level="O1")
+def test_a_rewrite_is_compiled_clean_and_accounts_for_every_site(
+    program: Program, opt_level: str
+) -> None:
+    _check_rewrite(program, opt_level)
+
+
+@pytest.mark.slow
+@settings(PROFILE, max_examples=120)
+@given(program=programs(amp=AMPS), opt_level=LEVELS)
+def test_many_rewrites_are_compiled_clean_and_account_for_every_site(
+    program: Program, opt_level: str
+) -> None:
+    _check_rewrite(program, opt_level)
