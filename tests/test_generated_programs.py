@@ -2,7 +2,9 @@
 tests/programs.py, rewritten at O1 (and O2), must come out compiled, clean under the protocol
 checker (no violation the input did not have, and no plan the engine had to reject), and with
 every backward and step site of the input either changed or carrying a finding at its line
-(the ledger).
+(the ledger). Mutants of correct rewrites, each breaking one invariant at one site, must be
+rejected: by the checker, or, for a lost import and a statement changed outside the plan, by
+the engine's verification.
 
 The bugs the generator found and that are not fixed yet are in `KNOWN`, each with its
 minimised program: the properties skip what a known bug covers, and
@@ -18,12 +20,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import libcst as cst
 import nbformat
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_notebook
 
+from amprewrite import engine
 from amprewrite.catalog import Severity
 from amprewrite.engine import rewrite_source
 from amprewrite.findings import Finding
@@ -32,6 +36,7 @@ from amprewrite.notebooks import rewrite_notebook
 from amprewrite.options import Options
 from amprewrite.protocol.check import violations
 from amprewrite.protocol.invariants import REJECTIONS, Violation
+from tests.program_mutants import MUTATIONS
 from tests.programs import AMPS, PROFILE, Program, programs
 
 REJECTED = frozenset(code for code in REJECTIONS)
@@ -282,3 +287,85 @@ def test_many_rewrites_are_compiled_clean_and_account_for_every_site(
     program: Program, opt_level: str
 ) -> None:
     _check_rewrite(program, opt_level)
+
+
+# --- mutants of correct rewrites ---
+
+def _correct(program: Program, opt_level: str) -> Rewrite:
+    """The rewrite of `program` where it is a correct AMP program (else the test example is
+    rejected)."""
+    done = rewrite(program, opt_level)
+    assume(done.after != done.before and not _violations(done.after)
+           and not any(f.code in REJECTED for f in done.findings))
+    return done
+
+
+def _check_mutant(program: Program, opt_level: str, mutation: str,
+                  data: st.DataObject | None) -> None:
+    done = _correct(program, opt_level)
+    mutants = MUTATIONS[mutation].mutants(done.after)
+    assume(mutants)
+    mutant = mutants[0] if data is None else data.draw(st.sampled_from(mutants), "mutant")
+    codes = {v.code for v in _violations(mutant)}
+    assert codes & MUTATIONS[mutation].codes, f"{mutation} not caught ({codes})\n{mutant}"
+
+
+@settings(PROFILE, max_examples=6)
+@given(program=programs(), opt_level=LEVELS, mutation=st.sampled_from(sorted(MUTATIONS)),
+       data=st.data())
+@example(program=Program(clip="direct"), opt_level="O1", mutation="drop unscale_",
+         data=None)
+def test_a_mutant_of_a_correct_rewrite_is_rejected_by_the_checker(
+    program: Program, opt_level: str, mutation: str, data: st.DataObject | None
+) -> None:
+    _check_mutant(program, opt_level, mutation, data)
+
+
+class _Corrupt(cst.CSTTransformer):
+    """What a broken transformer might do besides the plan: lose the runtime's import, or
+    change a statement no edit is on (the seed)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def leave_SimpleStatementLine(
+        self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+    ) -> cst.BaseStatement | cst.RemovalSentinel:
+        code = cst.Module([]).code_for_node(original)
+        if self.how == "import removed" and code.startswith("from amprewrite_runtime import"):
+            return cst.RemoveFromParent()
+        if self.how == "unrelated statement changed" and code.strip() == "torch.manual_seed(0)":
+            return cst.parse_statement("torch.manual_seed(1)\n")
+        return updated
+
+
+ENGINE_MUTATIONS = {"import removed": "AMP709", "unrelated statement changed": "AMP710"}
+
+
+@settings(PROFILE, max_examples=4)
+@given(program=programs(homes=("module", "function", "method", "closure", "callback")),
+       how=st.sampled_from(sorted(ENGINE_MUTATIONS)))
+def test_a_corrupted_output_is_rejected_by_the_engine(program: Program, how: str) -> None:
+    """The engine's verification (tests/test_verification.py) on generated programs: a
+    transformer that loses the runtime's import or changes an unrelated statement."""
+    _correct(program, "O1")
+    apply = engine.apply_edits
+
+    def corrupting(module: cst.Module, *args: object) -> cst.Module:
+        return apply(module, *args).visit(_Corrupt(how))  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "apply_edits", corrupting)
+        result = rewrite_source(program.source.encode(), Options())
+    assert ENGINE_MUTATIONS[how] in {f.code for f in result.findings}, program.source
+    assert result.source == program.source.encode()  # nothing of the broken plan is written
+
+
+@pytest.mark.slow
+@settings(PROFILE, max_examples=45)
+@given(program=programs(), opt_level=LEVELS, mutation=st.sampled_from(sorted(MUTATIONS)),
+       data=st.data())
+def test_many_mutants_are_rejected_by_the_checker(
+    program: Program, opt_level: str, mutation: str, data: st.DataObject
+) -> None:
+    _check_mutant(program, opt_level, mutation, data)
