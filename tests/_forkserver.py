@@ -26,7 +26,7 @@ import signal
 import sys
 
 import _bootstrap
-import torch  # noqa: F401  (the point of the server: imported once, inherited by each fork)
+import torch._dynamo  # noqa: F401  (torch with it, for each fork; every optimizer imports it)
 
 
 def _child(request: dict) -> None:
