@@ -40,7 +40,7 @@ SITE_WITHOUT_DISPOSITION = declare(
 
 # A file that mentions none of these has no site (one regular expression over its text).
 _CANDIDATE = re.compile(
-    rb"\.backward\(|\.step\(|zero_grad\(|autocast|GradScaler|\bapex\b|state_dict\(")
+    rb"\.backward\(|\.step\(|zero_grad\(|autocast|GradScaler|\bapex\b|state_dict\(|autograd")
 _NOT_OPTIMIZER = re.compile(
     r"sched|lr|warmup|env|sim|game|world|ema|swa|averag|progress|pbar|bar|timer|trainer|"
     r"engine|accelerat|fabric|lightning|learner|callback|agent", re.IGNORECASE)
@@ -134,6 +134,9 @@ class _Inventory:
                     receiver.rsplit(".", 1)[-1]):
                 return Site(node.lineno, node.col_offset, "checkpoint",
                             f"{receiver}.{func.attr}()")
+        if _text(func) in ("torch.autograd.grad", "autograd.grad", "torch.autograd.backward",
+                           "autograd.backward"):
+            return Site(node.lineno, node.col_offset, "backward", f"{_text(func)}(...)")
         if training and _called_model(func) and _MODEL.search(_text(func).rsplit(".", 1)[-1]):
             return Site(node.lineno, node.col_offset, "forward", f"{_text(func)}(...)")
         return None
@@ -233,7 +236,8 @@ def generic_findings(sites: list[Site], findings: list[Finding]) -> list[Finding
     """A finding at each silent site, pointing to the finding that left its function's (or
     the module level's) training step alone, else one that left another step of the file
     alone, where there is one."""
-    skips = [f for f in findings if f.severity is Severity.SKIP]
+    skips = [f for f in findings if f.severity is Severity.SKIP  # a step's refusal
+             and f.message.endswith(("left unchanged", "as written"))]
     spans = _function_spans(sites)
 
     def scope_of(line: int) -> tuple[int, int]:
