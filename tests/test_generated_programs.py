@@ -183,23 +183,6 @@ class Known:
 
 
 KNOWN: dict[str, Known] = {
-    "indexed optimizers clipped": Known(
-        "checker: `scaler.unscale_(optimizers[0])` (or `[\"main\"]`) does not count for the "
-        "step of `optimizers[0]`, so clipping after it reads AMP706 (a correct rewrite is "
-        "rejected, a correct input flagged)",
-        lambda d: d.program.holder in ("dict", "list") and d.program.clip != "none",
-        Program(holder="list", clip="direct"),
-        frozenset({"input AMP706", "rejected AMP706", "rejected AMP708", "rejected AMP709",
-                   "silent"})),
-    "namespace optimizers of a GAN clipped": Known(
-        "checker: the models of optimizers built in `SimpleNamespace(d=SGD(critic.parameters()"
-        "), g=...)` are not read, so clipping the critic after `unscale_(optimizers.d)` may "
-        "read `optimizers.g`'s scaled gradients (AMP706)",
-        lambda d: (d.program.holder == "namespace" and d.program.step in ("gan", "wgan")
-                   and d.program.clip != "none"),
-        Program(holder="namespace", step="gan", clip="direct"),
-        frozenset({"input AMP706", "rejected AMP706", "rejected AMP708", "rejected AMP709",
-                   "silent"})),
     "step helper shared by a refused backward": Known(
         "planner: `optimizer_step(optimizer)` serves the refused `loss.backward(torch.ones_like"
         "(loss))` (AMP207) and the scaled lazy penalty: the helper is routed through the "
@@ -473,11 +456,6 @@ class KnownRun:
 
 
 KNOWN_RUNS = {
-    "flag-gated attribute scaler in a checkpoint": KnownRun(
-        "planner (lint), checker blind: `if USE_AMP: self.scaler = GradScaler(...)` in "
-        "`__init__`, and the checkpoint in `fit` gets `\"scaler\": self.scaler.state_dict()` "
-        "unconditionally: AttributeError in the FP32 run",
-        Program(amp="flag", home="method", checkpoint="inline")),
     "O2 GAN: the critic's stale gradients": KnownRun(
         "runtime: at O2 `opt_d.zero_grad()` clears the float32 masters' gradients, not the "
         "critic's own, which the generator's backward filled after the critic's step: the "

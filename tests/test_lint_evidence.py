@@ -97,8 +97,8 @@ def test_a_checkpoint_where_the_scaler_may_be_none_is_reported_not_fixed() -> No
     result = rewrite_source(source.encode(), Options())
     assert result.source.decode() == source
     [finding] = [f for f in result.findings if f.code == "AMP605"]
-    assert finding.message.endswith("`scaler` may be None here, save its `state_dict()` where "
-                                    "it exists")
+    assert finding.message.endswith("`scaler` may be None or unset here, save its "
+                                    "`state_dict()` where it exists")
 
 
 @pytest.mark.parametrize("placement", ["module", "function", "method"])
@@ -174,3 +174,36 @@ def test_a_fix_no_path_reaches_is_offered_as_unsafe(monkeypatch: pytest.MonkeyPa
     assert "scaler.scale(aux_loss).backward()" in fixed.source.decode()
     [note] = [f.message for f in fixed.findings if f.code == "AMP609"]
     assert note.endswith("(unsafe fix applied)")
+
+
+def test_an_attribute_scaler_set_under_a_flag_is_not_saved_unconditionally() -> None:
+    """`if USE_AMP: self.scaler = ...` in `__init__`: a checkpoint in another method that
+    saved `self.scaler.state_dict()` would raise AttributeError in the FP32 run."""
+    source = textwrap.dedent("""\
+        import torch
+        USE_AMP = False
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if USE_AMP:
+                    self.scaler = torch.amp.GradScaler("cpu")
+
+            def fit(self, loader):
+                for x in loader:
+                    loss = self.model(x).sum()
+                    if USE_AMP:
+                        self.scaler.scale(loss).backward()
+                        self.scaler.step(self.optimizer)
+                        self.scaler.update()
+                    else:
+                        loss.backward()
+                        self.optimizer.step()
+                torch.save({"optimizer": self.optimizer.state_dict()}, "last.pt")
+    """)
+    result = rewrite_source(source.encode(), Options())
+    assert result.source.decode() == source
+    [finding] = [f for f in result.findings if f.code == "AMP605"]
+    assert "`self.scaler` may be None or unset here" in finding.message

@@ -268,7 +268,7 @@ def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoin
             message += (f": `{scaler}` is not reachable here, save the scaler's "
                         "`state_dict()` next to the optimizer's")
         elif state in report:
-            message += (f": `{scaler}` may be None here, save its `state_dict()` where it "
+            message += (f": `{scaler}` may be None or unset here, save its `state_dict()` where it "
                         "exists")
         note = Note(CHECKPOINT_WITHOUT_SCALER, state.entry, message)
         found.notes.append(note)

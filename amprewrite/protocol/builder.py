@@ -26,7 +26,6 @@ from amprewrite.protocol.program import (
     own_expressions,
     parameter_owners,
     scale_call,
-    union_owners,
 )
 
 _LEAVES = frozenset({ast.Name, ast.Constant, ast.Lambda, ast.Load, ast.Store, ast.Del})
@@ -66,7 +65,15 @@ class Builder:
             return None
         root = root_of(key)
         element = self.elements.get(root)
-        return key if element is None else rebase(key, root, element)
+        key = key if element is None else rebase(key, root, element)
+        base, _, attribute = key.rpartition(".")
+        if f".{attribute}" in self.program.collections.get(base, ()):
+            key = f"{base}[{attribute!r}]"  # `optims.g` is `optims['g']`
+        if key.endswith("]") and key not in self.program.optimizers:  # `optimizers[i]`, one
+            each = f"{key[:key.rfind('[')]}[*]"  # element of a collection built here
+            if each in self.program.optimizers:
+                return each
+        return key
 
     # --- statements ---
 
@@ -208,8 +215,9 @@ class Builder:
                 if is_optimizer_class(qualified, last_name(qualified)):
                     return [ir.Build(key, self._built_over(value))]
             built = collection_of_optimizers(value, self.program)
-            if built:
-                return [ir.Build(f"{key}[*]", union_owners(built, self.program))]
+            if built:  # each element stands for itself (`for opt in optimizers` for them all)
+                return [ir.Build(f"{key}{name}", self._built_over(call))
+                        for name, call in built.items() if name.startswith("[")]
         if key in self.program.scalers:
             return [ir.Assign(key, ir.UNKNOWN if value is None or augmented
                               else self.value(value))]

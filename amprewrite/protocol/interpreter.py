@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from itertools import count
 
@@ -156,9 +156,12 @@ class Interpreter:
         out = []
         for world in base:
             for facts in self.init_exits[init] or [PathState()]:
+                if any(world.conds.get(k, v) != v for k, v in facts.conds.items()):
+                    continue  # `__init__` took the other arm of a test this world took
                 state = world.copy()
                 state.scalers.update(facts.scalers)
                 state.owners.update(facts.owners)
+                state.conds.update(facts.conds)
                 out.append(state)
         return distinct(out)[:MAX_PATHS] if len(out) <= MAX_PATHS else [join(out)]
 
@@ -170,14 +173,17 @@ class Interpreter:
 
     @staticmethod
     def _attributes_of(state: PathState, init: ir.Function) -> PathState:
-        """What `__init__` leaves on `self` (the models an optimizer is built over, where
-        they are named by `__init__`'s own variables, are not known elsewhere)."""
+        """What `__init__` leaves on `self`, and the tests of the module's names it took
+        (the models an optimizer is built over, where they are named by `__init__`'s own
+        variables, are not known elsewhere)."""
         def outside(owners: frozenset[str] | None) -> frozenset[str] | None:
             if owners is None or any(root_of(o) in init.local_names - {"self"} for o in owners):
                 return None
             return owners
 
+        local = init.local_names - {"self"}
         return PathState(scalers={k: v for k, v in state.scalers.items() if k.startswith("self.")},
+                         conds={k: v for k, v in state.conds.items() if not v[1] & local},
                          owners={k: outside(v) for k, v in state.owners.items()
                                  if k.startswith("self.")})
 
@@ -195,7 +201,15 @@ class Interpreter:
                     state.scalers[mapped] = frozenset(values)
             else:
                 state.scalers[mapped] = frozenset({ir.UNBOUND})
+        if function.qualname.endswith("__init__") and function.cls is not None:
+            for key in self._attributes_set(function):  # not there until __init__ sets it
+                state.scalers[frame.key(key)] = frozenset({ir.UNBOUND})
         return state
+
+    def _attributes_set(self, init: ir.Function) -> set[str]:
+        """The scaler attributes of `self` an `__init__` assigns on some path."""
+        return {node.key for node in _nodes(init.body)
+                if isinstance(node, ir.Assign) and node.key.startswith("self.")}
 
     def _updated_elsewhere(self, function: ir.Function) -> bool:
         """A method whose class has another method calling a scaler's `update()`: some
@@ -267,7 +281,7 @@ class Interpreter:
         frontier = list(states)
         breaks: list[PathState] = []
         result = Flow()
-        for _ in range(MAX_LOOP_ROUNDS):
+        for _ in range(1 if node.each else MAX_LOOP_ROUNDS):  # one pass: each element's turn
             flow = self.block(node.body, frontier, frame)
             breaks += flow.breaks
             result.returns += flow.returns
@@ -359,18 +373,21 @@ class Interpreter:
         elif isinstance(node, ir.Backward):
             self._backward(node, state, frame)
         elif isinstance(node, ir.Step):
-            optimizer = frame.key(node.optimizer)
-            pending = state.pending(optimizer)
-            self._note_fed(node.node, pending, plain_step=True)
-            scaled = sorted(c for c in pending if not is_plain(c) and state.live(c))
-            if scaled:
-                self.report(PLAIN_STEP_OF_SCALED, node.node, frame.function,
-                            f"`{node.optimizer}.step()` applies gradients scaled by "
-                            f"`{scaled[0]}`: step through `{scaled[0]}.step({node.optimizer})`",
-                            _sources(pending))
-            state.zero(optimizer)
+            for optimizer in self._optimizers(node.optimizer, frame):
+                pending = state.pending(optimizer)
+                self._note_fed(node.node, pending, plain_step=True)
+                scaled = sorted(c for c in pending if not is_plain(c) and state.live(c))
+                if scaled:
+                    self.report(PLAIN_STEP_OF_SCALED, node.node, frame.function,
+                                f"`{node.optimizer}.step()` applies gradients scaled by "
+                                f"`{scaled[0]}`: step through "
+                                f"`{scaled[0]}.step({node.optimizer})`", _sources(pending))
+                state.zero(optimizer)
         elif isinstance(node, ir.Zero):
-            state.zero(None if node.optimizer is None else frame.key(node.optimizer))
+            if node.optimizer is None:
+                state.zero(None)
+            for optimizer in self._optimizers(node.optimizer, frame):
+                state.zero(optimizer)
         elif isinstance(node, ir.GradUse):
             self._grad_use(node, state, frame)
         return [state]
@@ -438,7 +455,30 @@ class Interpreter:
                 state.stepped = {p: s for p, s in state.stepped.items() if p[0] != scaler}
                 state.unscaled = frozenset(p for p in state.unscaled if p[0] != scaler)
             return [state]
-        optimizer = frame.key(node.optimizer)
+        for optimizer in self._optimizers(node.optimizer, frame):
+            self._scaler_on(node, state, frame, values, scaler, optimizer)
+        return [state]
+
+    def _optimizers(self, optimizer: str | None, frame: Frame) -> list[str]:
+        """The keys an optimizer key stands for: each element of a collection built here
+        for `optimizers[*]` (a loop over them; a namespace's elements by subscript, as the
+        builder spells them), else itself."""
+        if optimizer is None:
+            return []
+        base = optimizer[:-3] if optimizer.endswith("[*]") else None
+        names = self.program.collections.get(base) if base is not None else None
+        if names is None:
+            return [frame.key(optimizer)]
+        assert base is not None
+        mapped = frame.key(base)
+        return [mapped + name for name in names if name.startswith("[")] or [
+            mapped + name for name in names]
+
+    def _scaler_on(
+        self, node: ir.ScalerCall, state: PathState, frame: Frame, values: frozenset[str],
+        scaler: str, optimizer: str,
+    ) -> None:
+        """`scaler.step(optimizer)` or `scaler.unscale_(optimizer)` for one optimizer."""
         pair = (scaler, optimizer)
         if node.method == "step":
             self._note_fed(node.node, state.pending(optimizer))
@@ -459,7 +499,6 @@ class Interpreter:
                             f"`{node.scaler}.update()`")
             state.grads.setdefault(optimizer, state.others)
             state.unscaled = state.unscaled | {pair}
-        return [state]
 
     def _check_step_inputs(
         self, node: ir.ScalerCall, state: PathState, frame: Frame, scaler: str, optimizer: str
@@ -489,8 +528,9 @@ class Interpreter:
 
     def _grad_use(self, node: ir.GradUse, state: PathState, frame: Frame) -> None:
         targets = None if node.targets is None else frozenset(
-            f"opt:{frame.key(t[4:])}" if t.startswith("opt:") else frame.key(t)
-            for t in node.targets)
+            target for t in node.targets for target in (
+                [f"opt:{k}" for k in self._optimizers(t[4:], frame)] if t.startswith("opt:")
+                else [frame.key(t)]))
         for optimizer, pending in state.grads.items():
             for scaler in pending:
                 if (not is_plain(scaler) and state.live(scaler)
@@ -600,15 +640,15 @@ def _bounded(states: list[PathState]) -> list[PathState]:
 
 
 def _calls_update(block: ir.Block) -> bool:
-    return any(_found(block, lambda n: isinstance(n, ir.ScalerCall) and n.method == "update"))
+    return any(isinstance(n, ir.ScalerCall) and n.method == "update" for n in _nodes(block))
 
 
-def _found(block: ir.Block, wanted: Callable[[ir.Node], bool]) -> Iterable[bool]:
+def _nodes(block: ir.Block) -> Iterable[ir.Node]:
+    """Every node of a block and of the blocks nested in it."""
     for node in block:
-        if wanted(node):
-            yield True
+        yield node
         for inner in _blocks_of(node):
-            yield from _found(inner, wanted)
+            yield from _nodes(inner)
 
 
 def _blocks_of(node: ir.Node) -> tuple[ir.Block, ...]:

@@ -44,6 +44,9 @@ class Program:
     autocast_makers: set[str] = field(default_factory=set)  # `amp_autocast = partial(...)`
     autocast_values: set[str] = field(default_factory=set)  # `ctx = torch.autocast(...)`
     instances: dict[str, str] = field(default_factory=dict)  # key -> class of the module
+    # a collection of optimizers built here -> how its elements are named after its key
+    # (`optimizers` -> `[0]`, `[1]`; `optims` -> `.g`, `['g']`)
+    collections: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def functions(self) -> dict[str, ir.Function]:
@@ -169,7 +172,10 @@ def scale_call(node: ast.expr) -> str | None:
 def _classify_assignment(program: Program, key: str, value: ast.expr) -> None:
     built = collection_of_optimizers(value, program)
     if built:
-        program.optimizers[f"{key}[*]"] = union_owners(built, program)
+        program.optimizers[f"{key}[*]"] = union_owners(list(built.values()), program)
+        program.collections[key] = list(built)
+        for name, call in built.items():
+            program.optimizers[f"{key}{name}"] = parameter_owners(call, program)
     for candidate in alternatives(value):
         if not isinstance(candidate, ast.Call):
             if program.imports.resolve(candidate) in AUTOCASTS:
@@ -192,18 +198,35 @@ def _classify_assignment(program: Program, key: str, value: ast.expr) -> None:
             program.instances[key] = qualified
 
 
-def collection_of_optimizers(value: ast.expr, program: Program) -> list[ast.Call]:
-    """The optimizers built in a list, tuple or dict literal (`[Adam(g.parameters()), ...]`,
-    `{"g": Adam(...), "d": Adam(...)}`); empty if it holds anything else."""
+_NAMESPACES = frozenset({"SimpleNamespace", "EasyDict", "edict", "AttrDict", "AttributeDict",
+                         "Munch", "DefaultMunch", "Box", "DotMap", "DotDict", "dotdict",
+                         "ConfigDict", "dict"})
+
+
+def collection_of_optimizers(value: ast.expr, program: Program) -> dict[str, ast.Call]:
+    """The optimizers built in a list, tuple or dict literal, or in a namespace's keyword
+    arguments (`[Adam(g.parameters()), ...]`, `{"g": Adam(...)}`, `SimpleNamespace(g=Adam(
+    ...))`), by how one element is named after the collection's key (`[0]`, `['g']`, `.g`);
+    empty if it holds anything else."""
     if isinstance(value, ast.List | ast.Tuple):
-        items = value.elts
+        named = {f"[{i}]": item for i, item in enumerate(value.elts)}
     elif isinstance(value, ast.Dict):
-        items = value.values
+        named = {f"[{k.value!r}]": item for k, item in zip(value.keys, value.values, strict=True)
+                 if isinstance(k, ast.Constant)}
+        if len(named) != len(value.keys):
+            return {}
+    elif isinstance(value, ast.Call) and last_name(
+            program.imports.resolve(value.func)) in _NAMESPACES and not value.args:
+        named = {f".{k.arg}": k.value for k in value.keywords if k.arg is not None}
+        named |= {f"[{k.arg!r}]": k.value for k in value.keywords if k.arg is not None}
+        if len(value.keywords) * 2 != len(named):
+            return {}
     else:
-        return []
-    calls = [item for item in items if isinstance(item, ast.Call) and is_optimizer_class(
-        program.imports.resolve(item.func), last_name(program.imports.resolve(item.func)))]
-    return calls if calls and len(calls) == len(items) else []
+        return {}
+    calls = {name: item for name, item in named.items() if isinstance(item, ast.Call)
+             and is_optimizer_class(program.imports.resolve(item.func),
+                                    last_name(program.imports.resolve(item.func)))}
+    return calls if calls and len(calls) == len(named) else {}
 
 
 def union_owners(calls: list[ast.Call], program: Program) -> frozenset[str] | None:
