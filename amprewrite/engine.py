@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -87,20 +88,23 @@ def rewrite_source(source: bytes, options: Options) -> RewriteResult:
     """Rewrite one Python source (bytes, any PEP 263 encoding) for `options`; every site of
     its ledger accounted for (`ledger`)."""
     try:
-        result = _rewrite(source, options)
+        result, tree = _rewrite(source, options)
     except RecursionError as exc:  # libcst walks recursively: a pathologically deep file
         raise RewriteError(_too_deep()) from exc
-    return accounted(source, result, options)
+    return accounted(source, result, options, tree)
 
 
-def accounted(source: bytes, result: RewriteResult, options: Options) -> RewriteResult:
+def accounted(
+    source: bytes, result: RewriteResult, options: Options, tree: ast.Module | None = None
+) -> RewriteResult:
     """`result` with a generic finding at each site of the source's ledger it leaves silent
-    (not at O0, whose goal is FP32: a site left FP32 there is what was asked)."""
+    (not at O0, whose goal is FP32: a site left FP32 there is what was asked); `tree` is the
+    source's `ast` parse where the caller has one."""
     if options.opt_level == "O0" or any(f.code == TOO_LARGE for f in result.findings):
         return result
     if result.own_amp:
         return result  # the author's or a framework's precision: the lint checked its sites
-    extra = account(source, result.source, result.findings)
+    extra = account(source, result.source, result.findings, tree)
     if not extra:
         return result
     findings = list(result.findings)
@@ -117,17 +121,19 @@ def _too_deep() -> Finding:
                    "unchanged")
 
 
-def _rewrite(source: bytes, options: Options) -> RewriteResult:
+def _rewrite(source: bytes, options: Options) -> tuple[RewriteResult, ast.Module | None]:
+    """The result, and the source's `ast` tree where it was parsed."""
     problem = validate(options)
     if problem is not None:
         raise ValueError(problem)
     if len(source) > MAX_SOURCE_BYTES:
-        return RewriteResult(source, [too_large(len(source))])
+        return RewriteResult(source, [too_large(len(source))]), None
     _check_decodes(source)
     if not MAY_TRAIN.search(source):  # most files of a repository: no need to parse them
         message = "no torch, backward or training framework in this file; skipped"
-        return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)])
-    return _run(_parse(source), source, options, None)
+        return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)]), None
+    tree = _check_input_compiles(source)
+    return _run(_cst_parse(source), source, options, None), tree
 
 
 def _run(
@@ -166,9 +172,9 @@ def _then_rewrite(
     layout = locate(module, [*(note.node for note in ctx.notes), *statements_to_locate(sites)])
     rendered: list[tuple[Plan, cst.Module]] = []
 
-    def render(plan: Plan) -> bytes:
+    def render(plan: Plan) -> tuple[bytes, ast.Module | None]:
         rendered.append((plan, apply_edits(module, plan, ctx.facts.statements_around)))
-        return render_module(rendered[-1][1], module, layout, source)
+        return render_module(rendered[-1][1], module, layout, source), None
 
     checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render)
     text = checked.source
@@ -197,12 +203,10 @@ def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult
     sites = edit_sites(ctx.plan, ctx.facts)
     layout = locate(module, [*(note.node for note in ctx.notes), *statements_to_locate(sites)])
 
-    def render(plan: Plan) -> bytes:
+    def render(plan: Plan) -> tuple[bytes, ast.Module | None]:
         new_module = apply_edits(module, plan, ctx.facts.statements_around)
         new_source = render_module(new_module, module, layout, source)
-        if new_source != source:
-            _check_compiles(new_source)
-        return new_source
+        return new_source, _check_compiles(new_source) if new_source != source else None
 
     checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render)
     findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings]
@@ -234,6 +238,11 @@ def parse(source: bytes) -> cst.Module:
 
 def _parse(source: bytes) -> cst.Module:
     _check_input_compiles(source)
+    return _cst_parse(source)
+
+
+def _cst_parse(source: bytes) -> cst.Module:
+    """libcst's parse of a source CPython has compiled."""
     try:
         with _unvalidated():
             return cst.parse_module(source)
@@ -273,11 +282,12 @@ def _syntax_error(exc: cst.ParserSyntaxError) -> Finding:
 _LEFT_UNCHANGED = "file left unchanged"
 
 
-def _check_input_compiles(source: bytes) -> None:
-    """CPython compiles the input before libcst parses it (in C: a few percent of a
-    rewrite's time). What it refuses is the user's error, AMP003 at CPython's line and column
-    with its message (as black reports it), also where its parser accepts what its compiler
-    refuses (`return` at module level, `def f(a, a)`, a repeated keyword); an expression too
+def _check_input_compiles(source: bytes) -> ast.Module | None:
+    """CPython parses and compiles the input before libcst parses it; its `ast` tree serves
+    the ledger (None where CPython's parser cannot build one). What it refuses is the user's
+    error, AMP003 at CPython's line and column with its message (as black reports it), also
+    where its parser accepts what its compiler refuses (`return` at module level, `def f(a,
+    a)`, a repeated keyword); an expression too
     deep for it (a sum of thousands of terms, which libcst's parser would take minutes over)
     is refused at once."""
     import warnings
@@ -285,7 +295,8 @@ def _check_input_compiles(source: bytes) -> None:
     try:
         with warnings.catch_warnings():  # e.g. SyntaxWarning: invalid escape sequence
             warnings.simplefilter("ignore")
-            compile(source, "<source>", "exec", dont_inherit=True)
+            tree = ast.parse(source)
+            compile(tree, "<source>", "exec", dont_inherit=True)
     except SyntaxError as refused:
         verb = "compile" if _parses(source) else "parse"
         raise RewriteError(Finding(CANNOT_PARSE, refused.lineno or 1, refused.offset or 1,
@@ -294,12 +305,12 @@ def _check_input_compiles(source: bytes) -> None:
     except (RecursionError, MemoryError) as exc:  # MemoryError: CPython's parser stack
         raise RewriteError(_too_deep()) from exc
     except ValueError:
-        pass  # libcst's parse reports it
+        return None  # libcst's parse reports it
+    return tree
 
 
 def _parses(source: bytes) -> bool:
     """Whether CPython's parser accepts `source` (its compiler may still refuse it)."""
-    import ast
     import warnings
 
     try:
@@ -311,16 +322,18 @@ def _parses(source: bytes) -> bool:
     return True
 
 
-def _check_compiles(source: bytes) -> None:
+def _check_compiles(source: bytes) -> ast.Module:
     """Compile the output: a bug in a rule must never reach the file. CPython's own parser
     and compiler are the authority (and catch what the grammar allows but Python refuses,
-    like a repeated keyword); a second libcst parse would only cost time."""
+    like a repeated keyword); a second libcst parse would only cost time. Its `ast` tree is
+    what the verification reads."""
     import warnings
 
     try:
         with warnings.catch_warnings():  # `x is 1` in the user's code: not amprewrite's to say
             warnings.simplefilter("ignore")
-            compile(source, "<amprewrite output>", "exec", dont_inherit=True)
+            tree = ast.parse(source)
+            compile(tree, "<amprewrite output>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         if exc.msg == "too many statically nested blocks":
             raise RewriteError(Finding(CANNOT_PROCESS, 1, 1, "the rewrite would nest blocks "
@@ -329,6 +342,7 @@ def _check_compiles(source: bytes) -> None:
         raise RewriteError(_internal(exc)) from exc
     except ValueError as exc:
         raise RewriteError(_internal(exc)) from exc
+    return tree
 
 
 def _internal(exc: Exception) -> Finding:

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import re
+import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from amprewrite.catalog import SKIP, Severity, declare
 from amprewrite.findings import Finding
+from amprewrite.protocol.outline import Interest, walk_statements
 
 SITE_WITHOUT_DISPOSITION = declare(
     "AMP011", SKIP, "AMP site left unchanged without a finding of its own",
@@ -51,6 +54,13 @@ _MODEL = re.compile(
 _FACTORY = re.compile(r"(make|build|create|get|init|load|new)_", re.IGNORECASE)
 _AMP_NAMES = frozenset({"autocast", "GradScaler", "ShardedGradScaler", "scale_loss"})
 _AMP_MODULES = ("apex", "torch.cuda.amp", "torch.cpu.amp", "torch.amp", "amprewrite_runtime")
+_METHODS = frozenset({"backward", "step", "zero_grad", "state_dict", "load_state_dict"})
+_AUTOGRAD = frozenset({"torch.autograd.grad", "autograd.grad", "torch.autograd.backward",
+                       "autograd.backward"})
+# The words a line holding a site names (a superset: the walk decides)
+_SITE_WORDS = re.compile(r"backward|step|zero_grad|autocast|Scaler|apex|amp|scale_loss|"
+                         r"state_dict|autograd")
+_BACKWARD = re.compile("backward")
 
 
 @dataclass(frozen=True)
@@ -64,15 +74,17 @@ class Site:
     scope: tuple[int, int] = (0, 0)  # the lines of the function holding it ((0, 0): module)
 
 
-def inventory(source: bytes) -> list[Site]:
-    """The AMP-relevant sites of a source (none where its text names none)."""
+def inventory(source: bytes, tree: ast.Module | None = None) -> list[Site]:
+    """The AMP-relevant sites of a source (none where its text names none); `tree` is its
+    `ast` parse where the caller has one."""
     if not _CANDIDATE.search(source):
         return []
     try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+        text = source.decode(tokenize.detect_encoding(io.BytesIO(source).readline)[0])
+        tree = tree or ast.parse(source)
+    except (SyntaxError, ValueError, LookupError):
         return []
-    return sorted(_Inventory().sites(tree), key=lambda s: (s.line, s.col))
+    return sorted(_Inventory(text).sites(tree), key=lambda s: (s.line, s.col))
 
 
 def _function_spans(sites: list[Site]) -> list[tuple[int, int]]:
@@ -80,13 +92,20 @@ def _function_spans(sites: list[Site]) -> list[tuple[int, int]]:
 
 
 class _Inventory:
+    """The walk: outside the blocks that run a backward (where any call may be a model's
+    forward), only the statements whose own lines name a site's word are looked into."""
+
+    def __init__(self, text: str) -> None:
+        self.words = Interest(text, (), _SITE_WORDS)
+        self.backwards = Interest(text, (), _BACKWARD)
+
     def sites(self, tree: ast.Module) -> Iterator[Site]:
         # `self.backward()`, `self.step()` of a class of the module call its own method (whose
         # body holds the real sites), not a tensor's backward or an optimizer's step
-        self.methods = {statement.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
-                        for statement in node.body
+        self.methods = {statement.name for node in _statements(tree.body)
+                        if isinstance(node, ast.ClassDef) for statement in node.body
                         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)}
-        yield from self._scope(tree.body, _runs_backward(tree.body), (0, 0))
+        yield from self._scope(tree.body, self._runs_backward(tree.body), (0, 0))
 
     def _scope(
         self, body: list[ast.stmt], training: bool, scope: tuple[int, int]
@@ -94,17 +113,35 @@ class _Inventory:
         for statement in body:
             if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
                 span = (statement.lineno, statement.end_lineno or statement.lineno)
-                yield from self._scope(statement.body, _runs_backward(statement.body), span)
+                yield from self._scope(statement.body, self._runs_backward(statement.body),
+                                       span)
                 continue
             if isinstance(statement, ast.ClassDef):
                 yield from self._scope(statement.body, False, scope)
                 continue
-            for node in _own_nodes(statement):
-                site = self._site(node, training)
-                if site is not None:
-                    yield dataclasses.replace(site, scope=scope)
+            if training or self.words.statement(statement):
+                for node in _own_nodes(statement):
+                    site = self._site(node, training)
+                    if site is not None:
+                        yield dataclasses.replace(site, scope=scope)
             for inner in _blocks(statement):
                 yield from self._scope(inner, training, scope)
+
+    def _runs_backward(self, body: list[ast.stmt]) -> bool:
+        """Whether a block (not the functions it defines) calls a backward."""
+        if not body or not self.backwards.any(body[0].lineno,
+                                              body[-1].end_lineno or body[-1].lineno):
+            return False
+        for statement in body:
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            if self.backwards.statement(statement) and any(
+                    isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "backward" for node in _own_nodes(statement)):
+                return True
+            if any(self._runs_backward(inner) for inner in _blocks(statement)):
+                return True
+        return False
 
     def _site(self, node: ast.AST, training: bool) -> Site | None:
         if isinstance(node, ast.ImportFrom | ast.Import):
@@ -121,7 +158,7 @@ class _Inventory:
         if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
                 and func.value.id == "self" and func.attr in self.methods):
             return None
-        if isinstance(func, ast.Attribute):
+        if isinstance(func, ast.Attribute) and func.attr in _METHODS:
             receiver = _text(func.value)
             if func.attr == "backward":
                 scaled = isinstance(func.value, ast.Call) and isinstance(
@@ -134,25 +171,26 @@ class _Inventory:
                     receiver.rsplit(".", 1)[-1]):
                 return Site(node.lineno, node.col_offset, "checkpoint",
                             f"{receiver}.{func.attr}()")
-        if _text(func) in ("torch.autograd.grad", "autograd.grad", "torch.autograd.backward",
-                           "autograd.backward"):
-            return Site(node.lineno, node.col_offset, "backward", f"{_text(func)}(...)")
-        if training and _called_model(func) and _MODEL.search(_text(func).rsplit(".", 1)[-1]):
+        dotted = _dotted(func)
+        if dotted in _AUTOGRAD:
+            return Site(node.lineno, node.col_offset, "backward", f"{dotted}(...)")
+        model = _called_model(func) if training else None
+        if model is not None and _MODEL.search(model):
             return Site(node.lineno, node.col_offset, "forward", f"{_text(func)}(...)")
         return None
 
 
-def _called_model(func: ast.expr) -> bool:
-    """`model(x)`, `self.net(x)`: a model-named callable, not a method of one, nor a class
-    or a factory building one (`Generator()`, `make_model()`)."""
+def _called_model(func: ast.expr) -> str | None:
+    """The name of `model(x)`, `self.net(x)`: a callable that may be a model, not a method of
+    one, nor a class or a factory building one (`Generator()`, `make_model()`)."""
     if isinstance(func, ast.Name):
         name = func.id
     elif (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
           and func.value.id == "self"):
         name = func.attr
     else:
-        return False
-    return not name[:1].isupper() and not _FACTORY.match(name)
+        return None
+    return None if name[:1].isupper() or _FACTORY.match(name) else name
 
 
 def _may_be_optimizer(receiver: str, call: ast.Call) -> bool:
@@ -166,18 +204,12 @@ def _may_be_optimizer(receiver: str, call: ast.Call) -> bool:
     return closures and all(k.arg == "closure" for k in call.keywords)
 
 
-def _runs_backward(body: list[ast.stmt]) -> bool:
-    """Whether a block (not the functions it defines) calls a backward."""
-    for statement in body:
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement of a block, in the definitions it holds too."""
+    for statement in walk_statements(body):
+        yield statement
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            continue
-        for node in _own_nodes(statement):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "backward"):
-                return True
-        if any(_runs_backward(inner) for inner in _blocks(statement)):
-            return True
-    return False
+            yield from _statements(statement.body)
 
 
 def _own_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
@@ -214,6 +246,17 @@ def _name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Attribute):
         return node.attr
     return None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """`torch.autograd.grad` for a chain of names, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
 
 
 def _text(node: ast.expr) -> str:
@@ -267,10 +310,12 @@ def _message(site: Site, same: Finding | None, other: Finding | None) -> str:
             "left unchanged, check it by hand")
 
 
-def account(source: bytes, output: bytes, findings: list[Finding]) -> list[Finding]:
-    """The generic findings for the sites of `source` that its rewrite `output` and its
-    `findings` leave without a disposition."""
-    sites = inventory(source)
+def account(
+    source: bytes, output: bytes, findings: list[Finding], tree: ast.Module | None = None
+) -> list[Finding]:
+    """The generic findings for the sites of `source` (parsed as `tree`, where the caller has
+    it) that its rewrite `output` and its `findings` leave without a disposition."""
+    sites = inventory(source, tree)
     if not sites:
         return []
     return generic_findings(unaccounted(sites, findings, changed_lines(source, output)),

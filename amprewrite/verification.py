@@ -138,16 +138,18 @@ class _Input:
 
 def verify(
     source: bytes, module: cst.Module, ctx_plan: Plan, notes: list[Note], facts: ModuleFacts,
-    sites: list[EditSite], layout: Layout, render: Callable[[Plan], bytes],
+    sites: list[EditSite], layout: Layout,
+    render: Callable[[Plan], tuple[bytes, ast.Module | None]],
 ) -> Verified:
-    """Render `ctx_plan`, check the result against `source`, and undo what breaks."""
+    """Render `ctx_plan` (`render` gives the text and, where it parsed it, its `ast` tree),
+    check the result against `source`, and undo what breaks."""
     before = _Input(source, module, layout)
     plan, kept = ctx_plan, sites
     rejections: list[Finding] = []
     undone: set[str] = set()
     for _ in range(MAX_ROUNDS):
-        output = render(plan)
-        problems = _problems(before, output, module.encoding, kept, layout)
+        output, tree = render(plan)
+        problems = _problems(before, output, tree, module.encoding, kept, layout)
         if not problems:
             if _scaler_left_unused(source, output, undone):
                 break  # its creation and import serve the rest too: they cannot be separated
@@ -163,10 +165,11 @@ def verify(
 
 
 def _problems(
-    before: _Input, output: bytes, encoding: str, sites: list[EditSite], layout: Layout
+    before: _Input, output: bytes, tree: ast.Module | None, encoding: str,
+    sites: list[EditSite], layout: Layout,
 ) -> list[_Problem]:
     text = output.decode(encoding)
-    tree = ast.parse(output)
+    tree = tree if tree is not None else ast.parse(output)
     mapped: list[Callable[[int], int]] = []
 
     def to_input(line: int) -> int:

@@ -188,15 +188,24 @@ class Interest:
         starts = [0] + [m.end() for m in re.finditer("\n", source)]
         flags = bytearray(len(starts) + 1)
         for found in (pattern, _OPTIMIZER_CLASS_NAMES) if pattern is not None else ():
-            for match in found.finditer(source):
-                flags[bisect_right(starts, match.start())] = 1
+            match = found.search(source)
+            while match is not None:  # one hit a line: then on from the next line
+                line = bisect_right(starts, match.start())
+                flags[line] = 1
+                if line >= len(starts):
+                    break
+                match = found.search(source, starts[line])
         for name in set(names):
             at = source.find(name) if name else -1
             while at != -1:
                 end = at + len(name)
                 if ((at == 0 or not _WORD.match(source, at - 1))
                         and (end >= len(source) or not _WORD.match(source, end))):
-                    flags[bisect_right(starts, at)] = 1
+                    line = bisect_right(starts, at)
+                    flags[line] = 1
+                    if line >= len(starts):
+                        break
+                    end = starts[line]
                 at = source.find(name, end)
         self.counts = list(accumulate(flags))
 
