@@ -30,7 +30,9 @@ from amprewrite.catalog import LINT, SKIP, declare
 
 STEP_BYPASSES_SCALER = declare(
     "AMP601", LINT, "optimizer step bypasses the grad scaler",
-    "Fixed: `scaler.step(optimizer)`, so inf/NaN steps are skipped and gradients are unscaled.",
+    "Fixed: `scaler.step(optimizer)`, so inf/NaN steps are skipped and gradients are unscaled."
+    " A safe fix where the protocol check sees the scaler on on every path to the site; where "
+    "no path it follows reaches the site, an unsafe one, applied only with `--unsafe-fixes`.",
     why=(
         "A script that already uses a grad scaler steps an optimizer with "
         "`optimizer.step()` after a scaled backward."
@@ -44,7 +46,8 @@ STEP_BYPASSES_SCALER = declare(
 
 STEP_WITHOUT_UPDATE = declare(
     "AMP602", LINT, "`scaler.step` without `scaler.update`",
-    "Fixed: `scaler.update()` after the last step, or the scale never adapts.",
+    "Fixed: `scaler.update()` after the last step, or the scale never adapts (safe or "
+    "unsafe as for AMP601).",
     why="A script steps through `scaler.step` but never calls `scaler.update()`.",
     example=(
         " scaler.step(optimizer)\n"
@@ -55,7 +58,7 @@ STEP_WITHOUT_UPDATE = declare(
 CLIPPING_WITHOUT_UNSCALE = declare(
     "AMP603", LINT, "clipping without `unscale_`",
     "Fixed: `scaler.unscale_(optimizer)` before clipping, which otherwise acts on scaled "
-    "gradients.",
+    "gradients (safe or unsafe as for AMP601).",
     why="A script clips scaled gradients without `scaler.unscale_(optimizer)` first.",
 )
 
@@ -77,7 +80,8 @@ CHECKPOINT_WITHOUT_SCALER = declare(
     "AMP605", LINT, "checkpoint without the scaler's state",
     "Fixed: the scaler's `state_dict()` is saved next to the optimizer's, and restored where "
     "the optimizer's is (when the script restores no scaler state and its scaler exists "
-    "there).",
+    "there); a save that already stores the scaler under its own test is complete. Safe or "
+    "unsafe as for AMP601.",
     why="A script with a grad scaler saves a checkpoint without the scaler's state.",
     example=(
         "-torch.save({\"optimizer\": optimizer.state_dict()}, path)\n"
@@ -128,7 +132,8 @@ FP32_PATH_KEPT = declare(
 
 UNSCALED_BACKWARD = declare(
     "AMP609", LINT, "unscaled backward in a script that scales",
-    "Fixed: `scaler.scale(loss).backward()` (a backward added after the rewrite).",
+    "Fixed: `scaler.scale(loss).backward()` (a backward added after the rewrite); never on "
+    "the author's FP32 path (AMP630). Safe or unsafe as for AMP601.",
     why="A script that scales its losses has a backward that is not scaled.",
     example=(
         " scaler.scale(loss).backward()\n"
