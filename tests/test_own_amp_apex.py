@@ -151,3 +151,45 @@ def test_apex_beside_the_authors_torch_scaler_is_kept(spelling: str) -> None:
     o0, _ = _rewrite(source, opt_level="O0")
     assert "scale_loss" not in o0 and "loss.backward()" in o0
     compile(o0, "t.py", "exec")
+
+
+APEX_OR_NATIVE = '''\
+import torch
+try:
+    from apex import amp
+    has_apex = True
+except ImportError:
+    has_apex = False
+
+
+def main(args, model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = None
+    if args.amp == "apex":
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    elif args.amp == "native":
+        scaler = torch.cuda.amp.GradScaler()
+    for x, y in loader:
+        with torch.cuda.amp.autocast(enabled=scaler is not None):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        if args.amp == "apex":
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+        elif scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+'''
+
+
+def test_apex_or_native_choice_keeps_the_apex_arm() -> None:
+    """`--amp apex|native` in one loop: migrated, the apex arm became a plain backward and
+    step that the lint (the native arm is the author's) leaves FP32; now kept, AMP413."""
+    output, findings = _rewrite(APEX_OR_NATIVE)
+    assert output == APEX_OR_NATIVE
+    assert sum("AMP413" in f for f in findings) == 2, findings
