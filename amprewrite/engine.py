@@ -28,6 +28,7 @@ from amprewrite.line_map import line_map
 from amprewrite.options import Options, validate
 from amprewrite.recipes import choose
 from amprewrite.rules.context import RuleContext
+from amprewrite.rules.migrate_apex import migration_refused
 from amprewrite.transform import Plan, apply_edits
 from amprewrite.verification import edit_sites, statements_to_locate, verify
 
@@ -156,18 +157,23 @@ def rewrite_analysed(analysis: ModuleAnalysis, source: bytes, options: Options) 
     if recipe.finish is not None:
         recipe.finish(ctx, analysis)
     if recipe.rewrites_result is not None and recipe.rewrites_result(options):
-        return _then_rewrite(module, source, ctx, options)
+        return _then_rewrite(module, source, ctx, options, recipe.result_goes_fp32)
     result = _apply(module, source, ctx)
     result.own_amp = recipe.owns_precision
     return result
 
 
 def _then_rewrite(
-    module: cst.Module, source: bytes, ctx: RuleContext, options: Options
+    module: cst.Module, source: bytes, ctx: RuleContext, options: Options,
+    goes_fp32: bool = False,
 ) -> RewriteResult:
     """A migration's plan carried out on the tree, whose result the rewrite (or the lint)
     then analyses as it is, without parsing its text again; every finding on a line of the
-    original `source`."""
+    original `source`. A migration whose result is plain FP32 (`goes_fp32`: apex taken out)
+    is kept only where the rewrite then takes that result into mixed precision: where the
+    file's precision stays its author's (a torch scaler of theirs beside the apex code, so the
+    lint, not the rewrite, reads the result), apex would be gone with nothing in its place,
+    and the file is left as written (AMP413)."""
     sites = edit_sites(ctx.plan, ctx.facts)
     layout = locate(module, [*(note.node for note in ctx.notes), *statements_to_locate(sites)])
     rendered: list[tuple[Plan, cst.Module]] = []
@@ -184,6 +190,9 @@ def _then_rewrite(
         return RewriteResult(text, findings, text != source)
     migrated = rendered[-1][1] if rendered[-1][0] is checked.plan else module
     second = _run(migrated, text, ctx.next_options or options, ctx.scaler_arguments)
+    if goes_fp32 and second.own_amp:
+        refused = [*_locate(module, migration_refused(ctx)), *ctx.file_findings]
+        return RewriteResult(source, refused, False, True)
     if second.source == text != source:  # the second phase compiled what it changed itself
         _check_compiles(text)
     to_original = line_map(text, source)

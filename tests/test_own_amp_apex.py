@@ -111,3 +111,85 @@ def test_a_rules_syntax_error_is_an_internal_error(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(engine, "rewrite_source", invalid)
     [finding] = process_source("t.py", b"x = 1\n", Options(), True).findings
     assert finding.code == "AMP004" and "internal error (CSTValidationError" in finding.message
+
+
+BESIDE_OWN_SCALER = '''\
+import torch
+from apex import amp
+
+
+class ApexLossScaler:
+    def __call__(self, loss, optimizer):
+        with amp.scale_loss(loss, optimizer) as scaled:
+            scaled.backward()
+        optimizer.step()
+
+
+class TorchLossScaler:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def __call__(self, loss, optimizer):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+'''
+
+
+@pytest.mark.parametrize("spelling", ["from apex import amp", "import apex"])
+def test_apex_beside_the_authors_torch_scaler_is_kept(spelling: str) -> None:
+    """Migrated, apex's loss scaling would be a plain backward the rewrite does not scale (the
+    file's precision is its author's): the file is left as written, AMP413 says why; O0
+    still takes apex out."""
+    source = BESIDE_OWN_SCALER.replace("from apex import amp", spelling)
+    if spelling == "import apex":
+        source = source.replace("amp.scale_loss", "apex.amp.scale_loss")
+    output, findings = _rewrite(source)
+    assert output == source
+    assert [f for f in findings if "AMP413" in f and ":7:9:" in f], findings
+    assert not any("AMP411" in f for f in findings)
+    o0, _ = _rewrite(source, opt_level="O0")
+    assert "scale_loss" not in o0 and "loss.backward()" in o0
+    compile(o0, "t.py", "exec")
+
+
+APEX_OR_NATIVE = '''\
+import torch
+try:
+    from apex import amp
+    has_apex = True
+except ImportError:
+    has_apex = False
+
+
+def main(args, model, loader):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = None
+    if args.amp == "apex":
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+    elif args.amp == "native":
+        scaler = torch.cuda.amp.GradScaler()
+    for x, y in loader:
+        with torch.cuda.amp.autocast(enabled=scaler is not None):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        if args.amp == "apex":
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            optimizer.step()
+        elif scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+'''
+
+
+def test_apex_or_native_choice_keeps_the_apex_arm() -> None:
+    """`--amp apex|native` in one loop: migrated, the apex arm became a plain backward and
+    step that the lint (the native arm is the author's) leaves FP32; now kept, AMP413."""
+    output, findings = _rewrite(APEX_OR_NATIVE)
+    assert output == APEX_OR_NATIVE
+    assert sum("AMP413" in f for f in findings) == 2, findings

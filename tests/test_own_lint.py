@@ -70,3 +70,19 @@ def test_a_hand_written_cast_next_to_a_scaler_is_amp608_in_its_dtype(cast: str, 
     [finding] = [f for f in result.findings if f.code == "AMP608"]
     assert finding.message == (f"`torch.nn.Linear(8, 2).{cast}` casts by hand next to a grad "
                                f"scaler; {harm}")
+
+
+@pytest.mark.parametrize(("line", "reported"), [
+    ("model.half().float()", False),  # cast back to float32 at once: a rounding
+    ("model.half().to(torch.float32)", False),
+    ('ckpt = {"model": deepcopy(model).half(), "scaler": scaler.state_dict()}', False),
+    ("ckpts = [deepcopy(model).half()]", False),
+    ("copy = deepcopy(model).half()", True),  # bound to a name: it may be trained
+    ("model.half()", True),
+    ('ckpt = {"model": model.half()}', True),  # the trained model itself, cast in place
+])
+def test_a_half_copy_no_step_sees_is_not_amp608(line: str, reported: bool) -> None:
+    source = ("from copy import deepcopy\n"
+              + _HAND_WRITTEN.format(cast="float()") + line + "\n")
+    result = rewrite_source(source.encode(), Options())
+    assert any(f.code == "AMP608" for f in result.findings) == reported, result.findings

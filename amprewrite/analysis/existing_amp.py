@@ -81,6 +81,13 @@ def _is_amp(qualified: str) -> bool:
     )
 
 
+def _is_scaler_class(qualified: str) -> bool:
+    """A grad scaler class from anywhere (FSDP's `ShardedGradScaler`, or one a project
+    re-exports: `from .fsdp import ShardedGradScaler`), known by the name every grad scaler
+    class ends in."""
+    return qualified.rsplit(".", 1)[-1].endswith("GradScaler")
+
+
 def existing_amp(facts: ModuleFacts) -> str | None:
     """The first AMP API the module uses (`torch.autocast`, `torch.cuda.amp`, ...), or None:
     an import of one, a call of one, or a decorator naming one (from the collected facts, so
@@ -96,6 +103,12 @@ def existing_amp(facts: ModuleFacts) -> str | None:
     for expression in expressions:
         resolved = facts.imports.resolve(expression)
         if resolved is not None and _is_amp(resolved):
+            return resolved
+    # a grad scaler class imported from elsewhere (FSDP's, or a project's own re-export)
+    # and built here
+    for site in facts.calls:
+        resolved = facts.imports.resolve_in_project(site.call.func)
+        if resolved is not None and _is_scaler_class(resolved):
             return resolved
     return None
 

@@ -54,9 +54,52 @@ class ManualCast:
         return "the optimizer would step bfloat16 weights, losing small updates"
 
 
+_FLOAT32 = {"torch.float32", "torch.float", "torch.FloatTensor", "torch.cuda.FloatTensor"}
+
+
+def _to_float32(call: cst.Call, facts: ModuleFacts) -> bool:
+    """`.float()`, `.to(torch.float32)`, `.type(torch.float32)`."""
+    func = call.func
+    assert isinstance(func, cst.Attribute)
+    if func.attr.value == "float":
+        return not call.args
+    return func.attr.value in ("to", "type") and any(
+        facts.imports.resolve(arg.value) in _FLOAT32 for arg in call.args
+        if arg.keyword is None or arg.keyword.value == "dtype")
+
+
+def _stored_in_collection(call: cst.Call, around: cst.CSTNode) -> bool:
+    """`call` is an element of a dict, list, tuple or set display within `around`."""
+    todo = [around]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (cst.DictElement, cst.Element)) and node.value is call:
+            return True
+        todo.extend(node.children)
+    return False
+
+
+def _not_the_trained_object(site_call: cst.Call, around: cst.CSTNode | None,
+                            refloated: set[int]) -> bool:
+    """A cast whose low-precision result no training sees: cast back to float32 at once
+    (`model.half().float()`, rounding), or of an object made right there (a copy, a load)
+    and stored in a collection (`{"model": deepcopy(model).half()}`, a checkpoint)."""
+    if id(site_call) in refloated:
+        return True
+    func = site_call.func
+    assert isinstance(func, cst.Attribute)
+    return (isinstance(func.value, cst.Call) and around is not None
+            and _stored_in_collection(site_call, around))
+
+
 def low_precision_casts(facts: ModuleFacts) -> list[ManualCast]:
-    """Every cast by hand to a low-precision dtype, in source order."""
+    """Every cast by hand to a low-precision dtype that a training step may see, in source
+    order (not one cast back to float32 at once, nor a fresh copy stored in a checkpoint)."""
     casts = []
+    refloated = {id(site.call.func.value) for site in facts.calls
+                 if isinstance(site.call.func, cst.Attribute)
+                 and isinstance(site.call.func.value, cst.Call)
+                 and _to_float32(site.call, facts)}
     for site in facts.calls:
         func = site.call.func
         if not isinstance(func, cst.Attribute):
@@ -68,7 +111,8 @@ def low_precision_casts(facts: ModuleFacts) -> list[ManualCast]:
                           if arg.keyword is None or arg.keyword.value == "dtype"
                           if (resolved := facts.imports.resolve(arg.value)) in _LOW_PRECISION),
                          None)
-        if dtype is not None:
+        if dtype is not None and not _not_the_trained_object(
+                site.call, site.small or site.statement, refloated):
             casts.append(ManualCast(site.call, facts.one_line(site.call), dtype))
     return casts
 

@@ -12,6 +12,7 @@ APEX_AND_RAY = Recipe(
     context=plain_context,
     rules=(migrate_apex.RULE, migrate_ray.RULE),
     rewrites_result=lambda options: options.opt_level != "O0",
+    result_goes_fp32=True,
 )
 
 DEPRECATED_TORCH_AMP = Recipe(

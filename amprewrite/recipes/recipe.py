@@ -25,6 +25,9 @@ class Recipe:
     finish: Callable[[RuleContext, ModuleAnalysis], None] | None = None
     # Whether the result is rewritten again with these options (a migration); None: never.
     rewrites_result: Callable[[Options], bool] | None = None
+    # Whether that result is plain FP32 (apex taken out), kept only where the rewrite then
+    # takes it into mixed precision (`engine._then_rewrite`).
+    result_goes_fp32: bool = False
     # The file's precision is its author's or a framework's (a lint, a framework's switch):
     # the sites of its ledger are theirs, checked by this recipe (`ledger`).
     owns_precision: bool = False

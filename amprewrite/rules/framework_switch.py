@@ -146,7 +146,18 @@ class _Spelling:
 def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> None:
     dtype = ctx.options.dtype
     spelling: _Spelling | None = None
+    # where the script sets one of a framework's switches itself, the others it leaves unset
+    # are its choice too (a benchmark's FP32 baseline beside `Accelerator(mixed_precision=
+    # "fp8")`): left as written
+    authors = {switch.framework: ctx.facts.one_line(switch.current).rstrip(", ")
+               for switch in settings.switches if switch.current is not None}
     for switch in settings.switches:
+        if switch.current is None and switch.framework in authors:
+            ctx.notes.append(Note(FRAMEWORK_PRECISION_SET, switch.node, (
+                f"the script sets `{switch.framework}`'s precision itself elsewhere "
+                f"(`{authors[switch.framework]}`): this one's default is its choice too; "
+                "left unchanged")))
+            continue
         if switch.current is not None:
             current = ctx.facts.one_line(switch.current).rstrip(", ")
             who = (f"the {switch.framework}" if isinstance(switch.node, cst.Dict)

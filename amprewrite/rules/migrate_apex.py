@@ -64,6 +64,43 @@ APEX_STATE_MIGRATED = declare(
     ),
 )
 
+APEX_KEPT_BESIDE_OWN_AMP = declare(
+    "AMP413", SKIP,
+    "apex.amp kept: the file's own torch AMP keeps its migration from being rewritten",
+    "Migrate this apex code by hand (or remove it): taken out, it would leave plain FP32 code, "
+    "and the rewrite does not add a scaler to a file whose mixed precision is its author's.",
+    why=(
+        "The file uses apex.amp and also its own torch AMP (a grad scaler): the apex code "
+        "taken out would be plain FP32, and the rewrite leaves a file whose precision is its "
+        "author's to the lint, so apex would be gone with nothing in its place (a wrapper "
+        "class around `amp.scale_loss` beside one around `torch.amp.GradScaler`, as timm's "
+        "ApexScaler and NativeScaler)."
+    ),
+    example=(
+        "class ApexScaler:\n"
+        "    def __call__(self, loss, optimizer):\n"
+        "        with amp.scale_loss(loss, optimizer) as scaled_loss:   # kept, AMP413\n"
+        "            scaled_loss.backward()\n"
+        "        optimizer.step()\n"
+        "class NativeScaler:\n"
+        "    def __init__(self):\n"
+        "        self._scaler = torch.amp.GradScaler(\"cuda\")"
+    ),
+)
+
+_MIGRATED = (APEX_INITIALIZE_MIGRATED, APEX_SCALE_LOSS_MIGRATED, APEX_STATE_MIGRATED)
+
+
+def migration_refused(ctx: RuleContext) -> list[Note]:
+    """AMP413 where the apex migration planned in `ctx` changed something, for a migration
+    that is not carried out."""
+    return [Note(APEX_KEPT_BESIDE_OWN_AMP, note.node,
+                 "apex.amp kept as written: this file's own torch AMP (a grad scaler) keeps "
+                 "the rewrite from scaling what its migration would leave FP32; migrate it by "
+                 "hand")
+            for note in ctx.notes if note.code in _MIGRATED]
+
+
 _PROPERTIES = ("keep_batchnorm_fp32", "master_weights", "loss_scale")
 
 
