@@ -570,10 +570,32 @@ class _Scope:
         if type(target) is cst.Subscript and self.is_buffer(target) \
                 and not self.basic_index(target):
             self.cast_if_low(value, "an index assignment into a float32 tensor")
+        elif type(target) is cst.Attribute and target.attr.value == "data" \
+                and self.autocast and self.in_model_method() \
+                and type(target.value) is cst.Attribute and type(target.value.value) is cst.Name \
+                and target.value.value.value == "self" and not _scalar_literal(value):
+            self.match_data(target, value)
         elif type(target) is cst.Subscript and self.is_low(target.value) \
                 and not self.basic_index(target) and not _scalar_literal(value) \
                 and duplicable(target.value):
             self.match_store(target, value)
+
+    def in_model_method(self) -> bool:
+        """Whether this scope follows a method of one of the file's nn.Module classes."""
+        cls = self.s.facts.function_class.get(self.function) if self.function else None
+        return cls is not None and _is_module_class(cls, self.s.facts)
+
+    def match_data(self, target: cst.Attribute, value: cst.BaseExpression) -> None:
+        """`self.scale.data = values` in a model's method under autocast (a data-dependent
+        initialisation, Glow's ActNorm): assigning `.data` replaces the tensor, dtype
+        included, so a float32 parameter would become low precision (the scaler then refuses
+        its gradients); the values take the parameter's dtype."""
+        if self.probe is None and self.s.record and id(value) not in self.s.skip \
+                and self.statement:
+            self.s.skip.add(id(value))
+            self.s.result.casts.append(Escape(
+                value, self.statement, "an assignment to `.data`, which would change its dtype",
+                like=target.value))
 
     def match_store(self, target: cst.Subscript, value: cst.BaseExpression) -> None:
         """`low[idx] = values` with advanced indexing into a low-precision tensor (a target
