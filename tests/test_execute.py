@@ -107,6 +107,8 @@ RUNNABLE = [
     Runnable("rule_demo_backward_before_loop"),
     Runnable("rule_opaque_clip_optional_optimizer"),
     Runnable("rule_inplace_same_dtype_source"),
+    Runnable("rule_index_put_low_target"),
+    Runnable("rule_data_init_keeps_dtype"),
     Runnable("rule_unscale_after_backward_helper"),
     Runnable("rule_unscale_in_backward_helper"),
     Runnable("rule_unscale_in_step_helper"),

@@ -128,6 +128,8 @@ KEPT_BY_REVERT = {
     "rule_learner_object_backward": b"self.loss_func(self.pred.float(), y)",
     "rule_escape_samples_and_distances": b"payouts[action.numpy()]",  # `to_float32` taken out
     "rule_inplace_same_dtype_source": b"weights[i].to(target_pmfs[i].dtype)",
+    "rule_index_put_low_target": b".to(q_target.dtype)",
+    "rule_data_init_keeps_dtype": b".detach().to(self.s.dtype)",
     "attention_mask_fill": b"torch.finfo(att.dtype).min",  # the fill, right in every dtype
     # float32 values passed out of autocast: to a gradient penalty, to a distribution
     "wgan_gp_penalty": b"fake_imgs.data.float()",

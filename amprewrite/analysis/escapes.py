@@ -570,6 +570,43 @@ class _Scope:
         if type(target) is cst.Subscript and self.is_buffer(target) \
                 and not self.basic_index(target):
             self.cast_if_low(value, "an index assignment into a float32 tensor")
+        elif type(target) is cst.Attribute and target.attr.value == "data" \
+                and self.autocast and self.in_model_method() \
+                and type(target.value) is cst.Attribute and type(target.value.value) is cst.Name \
+                and target.value.value.value == "self" and not _scalar_literal(value):
+            self.match_data(target, value)
+        elif type(target) is cst.Subscript and self.is_low(target.value) \
+                and not self.basic_index(target) and not _scalar_literal(value) \
+                and duplicable(target.value):
+            self.match_store(target, value)
+
+    def in_model_method(self) -> bool:
+        """Whether this scope follows a method of one of the file's nn.Module classes."""
+        cls = self.s.facts.function_class.get(self.function) if self.function else None
+        return cls is not None and _is_module_class(cls, self.s.facts)
+
+    def match_data(self, target: cst.Attribute, value: cst.BaseExpression) -> None:
+        """`self.scale.data = values` in a model's method under autocast (a data-dependent
+        initialisation, Glow's ActNorm): assigning `.data` replaces the tensor, dtype
+        included, so a float32 parameter would become low precision (the scaler then refuses
+        its gradients); the values take the parameter's dtype."""
+        if self.probe is None and self.s.record and id(value) not in self.s.skip \
+                and self.statement:
+            self.s.skip.add(id(value))
+            self.s.result.casts.append(Escape(
+                value, self.statement, "an assignment to `.data`, which would change its dtype",
+                like=target.value))
+
+    def match_store(self, target: cst.Subscript, value: cst.BaseExpression) -> None:
+        """`low[idx] = values` with advanced indexing into a low-precision tensor (a target
+        cloned from a network's output) of values float32 by promotion: index_put needs one
+        dtype, so the values take the target's (the target, changed in place, cannot be cast)."""
+        if self.probe is None and self.s.record and id(value) not in self.s.skip \
+                and self.statement:
+            self.s.skip.add(id(value))
+            self.s.result.casts.append(Escape(
+                value, self.statement, "an index assignment, which needs its tensor's dtype",
+                like=target.value))
 
     def basic_index(self, target: cst.Subscript) -> bool:
         """Whether every index is an int, a slice, `...` or `None`: no advanced indexing."""
@@ -952,3 +989,15 @@ def _is_module_class(cls: cst.ClassDef, facts: ModuleFacts) -> bool:
         if resolved.startswith("torch.nn.") or resolved == "torch.nn.Module":
             return True
     return False
+
+
+def _scalar_literal(value: cst.BaseExpression) -> bool:
+    """`0.0`, `-1`, `True`, `float("inf")`: a Python scalar, which index_put takes in any dtype."""
+    if type(value) is cst.UnaryOperation:
+        value = value.expression
+    if type(value) in (cst.Integer, cst.Float, cst.Imaginary):
+        return True
+    if type(value) is cst.Name:
+        return value.value in ("True", "False", "None")
+    return type(value) is cst.Call and type(value.func) is cst.Name and value.func.value in (
+        "float", "int", "bool")
