@@ -590,23 +590,21 @@ class _Scope:
         initialisation, Glow's ActNorm): assigning `.data` replaces the tensor, dtype
         included, so a float32 parameter would become low precision (the scaler then refuses
         its gradients); the values take the parameter's dtype."""
-        if self.probe is None and self.s.record and id(value) not in self.s.skip \
-                and self.statement:
-            self.s.skip.add(id(value))
-            self.s.result.casts.append(Escape(
-                value, self.statement, "an assignment to `.data`, which would change its dtype",
-                like=target.value))
+        self._cast_like(value, target.value,
+                        "an assignment to `.data`, which would change its dtype")
 
     def match_store(self, target: cst.Subscript, value: cst.BaseExpression) -> None:
         """`low[idx] = values` with advanced indexing into a low-precision tensor (a target
         cloned from a network's output) of values float32 by promotion: index_put needs one
         dtype, so the values take the target's (the target, changed in place, cannot be cast)."""
+        self._cast_like(value, target.value, "an index assignment, which needs its tensor's dtype")
+
+    def _cast_like(self, value: cst.BaseExpression, like: cst.BaseExpression, why: str) -> None:
+        """`value` cast to `like`'s dtype, once, where this pass records."""
         if self.probe is None and self.s.record and id(value) not in self.s.skip \
                 and self.statement:
             self.s.skip.add(id(value))
-            self.s.result.casts.append(Escape(
-                value, self.statement, "an index assignment, which needs its tensor's dtype",
-                like=target.value))
+            self.s.result.casts.append(Escape(value, self.statement, why, like=like))
 
     def basic_index(self, target: cst.Subscript) -> bool:
         """Whether every index is an int, a slice, `...` or `None`: no advanced indexing."""
