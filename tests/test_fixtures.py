@@ -137,6 +137,8 @@ KEPT_BY_REVERT = {
     "reinforce_select_action": b"Categorical(probs.float())",
     "actor_critic_select_action": b"Categorical(probs.float())",
     "rule_distribution_in_region": b"Categorical(probs.float())",
+    "rule_escape_sample_from_method": b"Categorical(logits=logits.float())",
+    "rule_distribution_in_model_method": b"Normal(mu.float(), sigma.float())",
     "rule_checkpoint": b'    "o": optimizer.state_dict(),\n',  # wrapped for the scaler's entry
 }
 

@@ -273,7 +273,8 @@ class ModuleAnalysis:
     @cached_property
     def distribution_inputs(self) -> list[cst.BaseExpression]:
         """Distribution arguments under autocast."""
-        return distribution_inputs(self._regions, self.facts)
+        return distribution_inputs(self._regions, self.facts, self.kinds,
+                                   self.function_regions.casts)
 
     @property
     def has_work(self) -> bool:

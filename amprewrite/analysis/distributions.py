@@ -2,17 +2,21 @@
 
 `torch.distributions` checks its arguments (`Categorical(probs)` needs a simplex to within
 1e-6, `Normal(loc, scale)` a positive scale) and computes `log_prob`/`entropy` in the dtype it
-is given: on bfloat16/float16 values the simplex check fails now and then, and log-probabilities
-lose most of their digits. Inside an autocast region their tensor arguments are cast to float32.
+is given: on bfloat16/float16 values the simplex check fails now and then, log-probabilities
+lose most of their digits, and a float16 scale's square underflows (`clamp(sigma, 1e-6)`: the
+log-probability is -inf). Inside an autocast region, and in the code it runs, their tensor
+arguments are cast to float32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 import libcst as cst
 
 from amprewrite.analysis.facts import ModuleFacts
+from amprewrite.analysis.float16_constants import functions_run
+from amprewrite.analysis.kinds import KindTable
 from amprewrite.analysis.names import walk
 from amprewrite.analysis.training_step import Region
 
@@ -20,20 +24,31 @@ _NOT_TENSORS = (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString
                 cst.FormattedString)
 
 
-def distribution_inputs(regions: Iterable[Region], facts: ModuleFacts) -> list[cst.BaseExpression]:
-    """Arguments of `torch.distributions` constructors called inside `regions` that may be
-    low-precision tensors (not literals, not already `.float()`)."""
+def distribution_inputs(
+    regions: Iterable[Region], facts: ModuleFacts, kinds: KindTable,
+    cast: Collection[cst.BaseExpression] = (),
+) -> list[cst.BaseExpression]:
+    """Arguments of `torch.distributions` constructors called inside `regions`, or in the
+    functions and model methods that run under them (`functions_run`: an actor's
+    `sample_normal` building `Normal(mu, sigma)`), that may be low-precision tensors (not
+    literals, not already `.float()`, not among `cast`, the values cast already)."""
+    regions = list(regions)
+    roots: list[cst.CSTNode] = [*(s for region in regions for s in region.statements),
+                                *(f.body for f in functions_run(regions, facts, kinds))]
+    skip = {id(value) for value in cast}
     found: list[cst.BaseExpression] = []
-    for region in regions:
-        for statement in region.statements:
-            for node in walk(statement):
-                if not isinstance(node, cst.Call):
-                    continue
-                name = facts.imports.resolve(node.func) or ""
-                if not name.startswith("torch.distributions."):
-                    continue
-                found.extend(arg.value for arg in node.args
-                             if arg.star == "" and not _plainly_float32(arg.value))
+    for root in roots:
+        for node in walk(root):
+            if not isinstance(node, cst.Call):
+                continue
+            name = facts.imports.resolve(node.func) or ""
+            if not name.startswith("torch.distributions."):
+                continue
+            for arg in node.args:
+                if (arg.star == "" and not _plainly_float32(arg.value)
+                        and id(arg.value) not in skip):
+                    skip.add(id(arg.value))
+                    found.append(arg.value)
     return found
 
 

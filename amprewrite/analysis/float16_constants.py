@@ -247,13 +247,27 @@ def functions_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
                    ) -> Iterator[cst.FunctionDef]:
     """The functions whose whole body runs under autocast: `forward` of each model class a
     region runs (and of the classes those build; every model class of the file when a model's
-    class is unknown), and the methods and module functions those and the regions call."""
+    class is unknown), the methods of those classes a region calls on a model
+    (`self.actor.sample_normal(state)`), and the methods and module functions those and the
+    regions call."""
     functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
-    pending = _forwards(_model_classes_run(regions, facts, kinds), facts)
+    classes = _model_classes_run(regions, facts, kinds)
+    pending = _forwards(classes, facts)
+    called = _model_methods_called(regions, kinds)
+    pending.extend(f for f in facts.functions
+                   if f.name.value in called and facts.function_class.get(f) in classes)
     for region in regions:
         for statement in region.statements:
             pending.extend(_local_callees(statement, functions, {}))
     yield from _with_callees(pending, functions, facts)
+
+
+def _model_methods_called(regions: list[Region], kinds: KindTable) -> set[str]:
+    """The names of the methods the regions call on a model (`model.encode(x)`)."""
+    return {call.func.attr.value for region in regions for statement in region.statements
+            for call in walk(statement)
+            if type(call) is cst.Call and type(call.func) is cst.Attribute
+            and is_model_call(call, kinds) and kinds.of_expr(call.func) is not Kind.MODEL}
 
 
 def model_module_fills(facts: ModuleFacts, kinds: KindTable) -> Float16Constants:
