@@ -103,6 +103,7 @@ RUNNABLE = [
     Runnable("rule_update_after_branch", args=("--autotune", "0"), rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_escape_sample_from_method", rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_distribution_in_model_method", rtol=0.1, fp16_rtol=0.05),
+    Runnable("rule_distribution_arguments_not_tensors", rtol=0.1, fp16_rtol=0.05),
     Runnable("rule_one_optimizer_two_models"),
     Runnable("rule_optimizers_built_when_training"),
     Runnable("rule_demo_backward_before_loop"),

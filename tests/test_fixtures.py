@@ -139,6 +139,7 @@ KEPT_BY_REVERT = {
     "rule_distribution_in_region": b"Categorical(probs.float())",
     "rule_escape_sample_from_method": b"Categorical(logits=logits.float())",
     "rule_distribution_in_model_method": b"Normal(mu.float(), sigma.float())",
+    "rule_distribution_arguments_not_tensors": b"Independent(Normal(mu.float(),",
     "rule_checkpoint": b'    "o": optimizer.state_dict(),\n',  # wrapped for the scaler's entry
 }
 

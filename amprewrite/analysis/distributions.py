@@ -41,15 +41,39 @@ def distribution_inputs(
         for node in walk(root):
             if not isinstance(node, cst.Call):
                 continue
-            name = facts.imports.resolve(node.func) or ""
-            if not name.startswith("torch.distributions."):
+            if not _constructs_distribution(node, facts):
                 continue
             for arg in node.args:
                 if (arg.star == "" and not _plainly_float32(arg.value)
-                        and id(arg.value) not in skip):
+                        and not _not_a_tensor(arg, facts) and id(arg.value) not in skip):
                     skip.add(id(arg.value))
                     found.append(arg.value)
     return found
+
+
+# Distributions over other distributions: their arguments are distributions and transforms
+_WRAPPERS = frozenset({"Independent", "TransformedDistribution", "MixtureSameFamily",
+                       "ExpandedDistribution"})
+
+
+def _constructs_distribution(call: cst.Call, facts: ModuleFacts) -> bool:
+    """`Normal(mu, sigma)`: a distribution class of `torch.distributions` over tensors (not a
+    function such as `kl_divergence(p, q)`, not a wrapper of another distribution)."""
+    name = facts.imports.resolve(call.func) or ""
+    last = name.rsplit(".", 1)[-1]
+    return (name.startswith("torch.distributions.") and last[:1].isupper()
+            and last not in _WRAPPERS)
+
+
+def _not_a_tensor(arg: cst.Arg, facts: ModuleFacts) -> bool:
+    """`validate_args=False`, `None`, a distribution built in place."""
+    value = arg.value
+    if arg.keyword is not None and arg.keyword.value == "validate_args":
+        return True
+    if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+        return True
+    return isinstance(value, cst.Call) and (facts.imports.resolve(value.func) or "").startswith(
+        "torch.distributions.")
 
 
 def _plainly_float32(value: cst.BaseExpression) -> bool:
