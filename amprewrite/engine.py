@@ -242,10 +242,6 @@ _UNDECODABLE = ("cannot decode: not UTF-8 and no valid `# -*- coding: ... -*-` d
 def parse(source: bytes) -> cst.Module:
     """Parse `source` (after checking it decodes), or raise RewriteError (AMP003/AMP004)."""
     _check_decodes(source)
-    return _parse(source)
-
-
-def _parse(source: bytes) -> cst.Module:
     _check_input_compiles(source)
     return _cst_parse(source)
 
@@ -295,10 +291,9 @@ def _check_input_compiles(source: bytes) -> ast.Module | None:
     """CPython parses and compiles the input before libcst parses it; its `ast` tree serves
     the ledger (None where CPython's parser cannot build one). What it refuses is the user's
     error, AMP003 at CPython's line and column with its message (as black reports it), also
-    where its parser accepts what its compiler refuses (`return` at module level, `def f(a,
-    a)`, a repeated keyword); an expression too
-    deep for it (a sum of thousands of terms, which libcst's parser would take minutes over)
-    is refused at once."""
+    where its parser accepts what its compiler refuses (`return` at module level,
+    `def f(a, a)`, a repeated keyword); an expression too deep for it (a sum of thousands of
+    terms, which libcst's parser would take minutes over) is refused at once."""
     import warnings
 
     try:

@@ -252,10 +252,7 @@ def functions_run(regions: list[Region], facts: ModuleFacts, kinds: KindTable
     regions call."""
     functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
     classes = _model_classes_run(regions, facts, kinds)
-    pending = _forwards(classes, facts)
-    called = _model_methods_called(regions, kinds)
-    pending.extend(f for f in facts.functions
-                   if f.name.value in called and facts.function_class.get(f) in classes)
+    pending = _methods(classes, facts, {"forward", *_model_methods_called(regions, kinds)})
     for region in regions:
         for statement in region.statements:
             pending.extend(_local_callees(statement, functions, {}))
@@ -280,14 +277,16 @@ def model_module_fills(facts: ModuleFacts, kinds: KindTable) -> Float16Constants
         return found
     finder = _Finder(facts, kinds, found, module_constants(facts))
     functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
-    for function in _with_callees(_forwards(classes, facts), functions, facts):
+    for function in _with_callees(_methods(classes, facts, {"forward"}), functions, facts):
         finder.scan(function, lambda statement: True)
     return Float16Constants(fills=found.fills)
 
 
-def _forwards(classes: list[cst.ClassDef], facts: ModuleFacts) -> list[cst.FunctionDef]:
+def _methods(classes: list[cst.ClassDef], facts: ModuleFacts, names: set[str]
+             ) -> list[cst.FunctionDef]:
+    """The methods of `classes` named one of `names`."""
     return [f for f in facts.functions
-            if f.name.value == "forward" and facts.function_class.get(f) in classes]
+            if f.name.value in names and facts.function_class.get(f) in classes]
 
 
 def _with_callees(
