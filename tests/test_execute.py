@@ -111,6 +111,7 @@ RUNNABLE = [
     Runnable("rule_inplace_same_dtype_source"),
     Runnable("rule_index_put_low_target"),
     Runnable("rule_data_init_keeps_dtype"),
+    Runnable("rule_data_init_in_derived_flow"),
     Runnable("rule_unscale_after_backward_helper"),
     Runnable("rule_unscale_in_backward_helper"),
     Runnable("rule_unscale_in_step_helper"),

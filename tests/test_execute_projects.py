@@ -78,6 +78,8 @@ PROJECT_RUNS = [
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
     Project("registry_base_trainer", "train.py", ("--checkpoint", "{file}"),
             ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
+    Project("flows_inverse_named_backward", "train.py", ("--checkpoint", "{file}"),
+            ("--resume", "{file}", "--epochs", "4"), "ckpt.pt"),
 ]
 LOW_PRECISION = [BFLOAT16, FLOAT16]
 

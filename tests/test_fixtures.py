@@ -130,6 +130,7 @@ KEPT_BY_REVERT = {
     "rule_inplace_same_dtype_source": b"weights[i].to(target_pmfs[i].dtype)",
     "rule_index_put_low_target": b".to(q_target.dtype)",
     "rule_data_init_keeps_dtype": b".detach().to(self.s.dtype)",
+    "rule_data_init_in_derived_flow": b".detach().to(self.s.dtype)",
     "attention_mask_fill": b"torch.finfo(att.dtype).min",  # the fill, right in every dtype
     # float32 values passed out of autocast: to a gradient penalty, to a distribution
     "wgan_gp_penalty": b"fake_imgs.data.float()",

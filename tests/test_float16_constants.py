@@ -132,3 +132,53 @@ def test_fills_every_dtype_holds_are_left_alone(value: str) -> None:
     output, codes = _rewrite(f"s = q @ k.transpose(-2, -1)\nreturn s.masked_fill(mask, {value})")
     assert f"s.masked_fill(mask, {value})" in output
     assert codes == []
+
+
+MODEL_MODULE = '''import torch
+from torch import nn
+
+
+class Affine(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1, dim))
+        self.initialised = False
+
+    def forward(self, x):
+        {body}
+        return x * self.scale
+{extra}
+
+class Norm(Affine):
+    def forward(self, x):
+        {derived}
+        return super().forward(x)
+'''
+
+
+@pytest.mark.parametrize(("body", "derived"), [
+    ("if not self.initialised:\n    self.scale.data = 1 / x.std(0, keepdim=True)", "pass"),
+    ("pass", "self.scale.data = (1 / x.std(0, keepdim=True)).detach()"),  # a derived class
+    ("self.init(x)", "pass"),  # in a method the forward calls
+])
+def test_a_models_data_init_takes_the_parameters_dtype_in_a_model_module(
+        body: str, derived: str) -> None:
+    """A module with nothing to train: its models run under another script's autocast, where
+    `x` may be low precision and assigning `.data` would change the parameter's dtype."""
+    extra = ("\n    def init(self, x):\n        self.scale.data = 1 / x.std(0, keepdim=True)\n"
+             if body == "self.init(x)" else "")
+    source = MODEL_MODULE.replace("{body}", body.replace("\n", "\n        ")).replace(
+        "{derived}", derived).replace("{extra}", extra)
+    result = rewrite_source(source.encode(), Options())
+    output = result.source.decode()
+    assert output.count(".to(self.scale.dtype)") == 1, output
+    assert [f.code for f in result.findings if f.code != "AMP000"] == ["AMP112"]
+    assert rewrite_source(result.source, Options()).source == result.source  # once
+
+
+@pytest.mark.parametrize("value", ["0.0", "values.to(self.scale.dtype)",
+                                   "values.type_as(self.scale)"])
+def test_a_data_init_of_the_parameters_dtype_already_is_kept(value: str) -> None:
+    source = MODEL_MODULE.replace("{body}", f"values = x.std(0)\n        self.scale.data = {value}"
+                                  ).replace("{derived}", "pass").replace("{extra}", "")
+    assert rewrite_source(source.encode(), Options()).source == source.encode()

@@ -92,6 +92,7 @@ KEPT_BY_REVERT = {
     ("base_class_checkpoints", "O2"): 'group["params"]',
     ("factory_returns_optimizer", "O1"): "loss = F.cross_entropy(",  # the hoisted loss
     ("model_module_mask_fill", "O1"): "torch.finfo(scores.dtype).min",  # right in every dtype
+    ("flows_inverse_named_backward", "O1"): ".detach().to(self.s.dtype)",  # likewise
 }
 
 

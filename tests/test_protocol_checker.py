@@ -292,3 +292,22 @@ def test_gradients_of_inputs_are_not_the_optimizers() -> None:
             scaler.update()
     """)
     assert _codes(source) == []
+
+
+@pytest.mark.parametrize("call", [
+    "z, log_det = self.flow.backward(z)", "[z, log_det] = flow.backward(z)",
+    "z, (a, b) = flow.backward(z)",
+])
+def test_a_backward_whose_result_is_unpacked_is_no_tensors(call: str) -> None:
+    """A normalizing flow's inverse named `backward`, run by the evaluation under autocast: a
+    tensor's backward returns None, so its result unpacked is no backward pass."""
+    source = textwrap.dedent("""\
+        import torch
+        class Sampler:
+            def sample(self, flow, z):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    {call}
+                return z
+    """).format(call=call)
+    assert _codes(source) == []
+    assert _codes(source.replace(call, "flow.backward(z)")) == ["AMP707"]

@@ -171,3 +171,56 @@ def test_the_attributes_of_an_attribute_dict_of_optimizers_are_optimizers(
 ) -> None:
     facts = collect(cst.parse_module("import torch\n" + source))
     assert [site.kind for site in call_sites(facts, KindTable(facts)).steps] == [kind]
+
+
+FLOW = '''\
+import torch
+from torch import nn
+
+
+class Flow(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):
+        return x
+
+    def backward(self, z):
+        for layer in self.layers[::-1]:
+            z, log_det = layer.backward(z)
+        return z
+
+
+class Model(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.flow = Flow(layers)
+
+'''
+
+
+@pytest.mark.parametrize("source", [
+    # its result unpacked (a tensor's backward returns None), in a method or at module level
+    "    def sample(self, z):\n        [xs, log_det] = self.flow.backward(z)\n        return xs\n",
+    "    def sample(self, z):\n        return self.flow.backward(z)\n",  # a model here has one
+    "\n\nflow = Flow([])\nx, _ = flow.backward(torch.randn(2, 2))\n",
+    "\n\nflow = Flow([])\nprint(flow.backward(torch.randn(2, 2)))\n",
+    "\n\nmodel = Flow([])\nmodel.backward(torch.randn(2, 2))\n",
+])
+def test_a_models_own_method_named_backward_is_no_loss_backward(source: str) -> None:
+    facts = collect(cst.parse_module(FLOW + source))
+    sites = call_sites(facts, KindTable(facts))
+    assert [site.kind for site in sites.backwards] == [BackwardKind.OBJECT] * 2
+
+
+@pytest.mark.parametrize("source", [
+    "def step(loss, critic, one):\n    critic.backward(one)\n    loss.backward()\n",
+    "def step(loss):\n    result = loss.backward()\n    return result\n",  # one name: None
+])
+def test_a_backward_of_a_value_stays_a_backward(source: str) -> None:
+    """Without a model class defining `backward`, a tensor's backward stays one, even with a
+    seed or with its None result kept."""
+    facts = collect(cst.parse_module("import torch\n" + source))
+    kinds = [site.kind for site in call_sites(facts, KindTable(facts)).backwards]
+    assert BackwardKind.OBJECT not in kinds and kinds

@@ -14,11 +14,12 @@ from amprewrite.analysis.apex_amp import ApexAmp, apex_amp
 from amprewrite.analysis.autocast_values import AutocastValues, autocast_values
 from amprewrite.analysis.checkpoints import Checkpoints, analyse_checkpoints
 from amprewrite.analysis.custom_functions import CustomFunction, custom_functions
+from amprewrite.analysis.data_inits import model_module_data_inits
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
 from amprewrite.analysis.distributions import distribution_inputs
 from amprewrite.analysis.ema_buffers import buffer_products
 from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_loaders
-from amprewrite.analysis.escapes import Escapes, find_escapes
+from amprewrite.analysis.escapes import Escape, Escapes, find_escapes
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import AmpInTraining, amp_in_training, existing_amp
 from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
@@ -269,6 +270,12 @@ class ModuleAnalysis:
         """Fills float16 cannot hold in the forward passes of a module that only defines
         models: they run under a training script's autocast elsewhere."""
         return model_module_fills(self.facts, self.kinds)
+
+    @cached_property
+    def model_data_inits(self) -> list[Escape]:
+        """Assignments to a parameter's `.data` in the forward passes of a module that only
+        defines models: they run under a training script's autocast elsewhere."""
+        return model_module_data_inits(self.facts, self.kinds)
 
     @cached_property
     def distribution_inputs(self) -> list[cst.BaseExpression]:

@@ -66,6 +66,8 @@ _FLOAT32_MODULES = ("torch.linalg", "torch.fft")
 _SAME_DTYPE_SOURCE = {"index_add_": 2, "index_add": 2, "scatter_add_": 2, "scatter_add": 2,
                       "index_copy_": 2, "index_copy": 2, "masked_scatter_": 1,
                       "masked_scatter": 1, "index_put_": 1, "put_": 1, "lerp_": 0}
+# Why a value assigned to a parameter's `.data` takes its dtype.
+DATA_REPLACED = "an assignment to `.data`, which would change its dtype"
 # Methods whose result may be an integer tensor although the object is low precision
 # (`Categorical(logits=out).sample()`): casts of what they return leave integers alone.
 _MAYBE_INTEGER_METHODS = frozenset({"sample", "sample_n", "multinomial", "enumerate_support"})
@@ -144,7 +146,8 @@ class _Scopes:
         self.samples: dict[str, tuple[bool, ...]] = {}  # function name -> maybe integer, each
         self.result = Escapes()
         self.record = False
-        self.under_caller = _run_under_caller(facts, kinds, in_region)
+        self.models = _model_classes(facts, kinds)
+        self.under_caller = _run_under_caller(facts, self.models, in_region)
         self.by_name: dict[str, list[cst.FunctionDef]] = {}
         for function in facts.functions:
             self.by_name.setdefault(function.name.value, []).append(function)
@@ -570,10 +573,8 @@ class _Scope:
         if type(target) is cst.Subscript and self.is_buffer(target) \
                 and not self.basic_index(target):
             self.cast_if_low(value, "an index assignment into a float32 tensor")
-        elif type(target) is cst.Attribute and target.attr.value == "data" \
-                and self.autocast and self.in_model_method() \
-                and type(target.value) is cst.Attribute and type(target.value.value) is cst.Name \
-                and target.value.value.value == "self" and not _scalar_literal(value):
+        elif type(target) is cst.Attribute and self.autocast and self.in_model_method() \
+                and replaces_own_data(target, value):
             self.match_data(target, value)
         elif type(target) is cst.Subscript and self.is_low(target.value) \
                 and not self.basic_index(target) and not _scalar_literal(value) \
@@ -583,15 +584,14 @@ class _Scope:
     def in_model_method(self) -> bool:
         """Whether this scope follows a method of one of the file's nn.Module classes."""
         cls = self.s.facts.function_class.get(self.function) if self.function else None
-        return cls is not None and _is_module_class(cls, self.s.facts)
+        return cls is not None and cls in self.s.models
 
     def match_data(self, target: cst.Attribute, value: cst.BaseExpression) -> None:
         """`self.scale.data = values` in a model's method under autocast (a data-dependent
         initialisation, Glow's ActNorm): assigning `.data` replaces the tensor, dtype
         included, so a float32 parameter would become low precision (the scaler then refuses
         its gradients); the values take the parameter's dtype."""
-        self._cast_like(value, target.value,
-                        "an assignment to `.data`, which would change its dtype")
+        self._cast_like(value, target.value, DATA_REPLACED)
 
     def match_store(self, target: cst.Subscript, value: cst.BaseExpression) -> None:
         """`low[idx] = values` with advanced indexing into a low-precision tensor (a target
@@ -906,12 +906,18 @@ def _elements(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | No
     return None
 
 
+def _model_classes(facts: ModuleFacts, kinds: KindTable) -> set[cst.ClassDef]:
+    """The module's nn.Module classes, those derived from its own included (Glow's
+    `ActNorm(AffineConstantFlow)`)."""
+    return {cls for cls in facts.classes if _is_module_class(cls, facts)} | set(
+        kinds.model_classes())
+
+
 def _run_under_caller(
-    facts: ModuleFacts, kinds: KindTable, in_region: set[int]
+    facts: ModuleFacts, models: set[cst.ClassDef], in_region: set[int]
 ) -> set[cst.FunctionDef]:
     """Functions that may run under their caller's autocast: the methods of the module's
     nn.Module classes, and the module's functions called from a region."""
-    models = {cls for cls in facts.classes if _is_module_class(cls, facts)}
     under = {f for f, cls in facts.function_class.items()
              if cls in models and f.name.value != "__init__"}
     by_name = {f.name.value: f for f in facts.functions}
@@ -987,6 +993,26 @@ def _is_module_class(cls: cst.ClassDef, facts: ModuleFacts) -> bool:
         if resolved.startswith("torch.nn.") or resolved == "torch.nn.Module":
             return True
     return False
+
+
+def replaces_own_data(target: cst.Attribute, value: cst.BaseExpression) -> bool:
+    """`self.scale.data = values` (not a scalar): the tensor of a module's own parameter or
+    buffer replaced, dtype included, by `values`'."""
+    return (target.attr.value == "data" and type(target.value) is cst.Attribute
+            and type(target.value.value) is cst.Name and target.value.value.value == "self"
+            and not _scalar_literal(value) and not _already_cast_to(value, target.value))
+
+
+def _already_cast_to(value: cst.BaseExpression, tensor: cst.BaseExpression) -> bool:
+    """`values.to(self.s.dtype)` or `values.type_as(self.s)`: already of `tensor`'s dtype."""
+    if type(value) is not cst.Call or type(value.func) is not cst.Attribute or len(
+            value.args) != 1:
+        return False
+    name, argument = value.func.attr.value, value.args[0].value
+    if name == "type_as":
+        return dotted(argument) == dotted(tensor)
+    return name == "to" and type(argument) is cst.Attribute and argument.attr.value == "dtype" \
+        and dotted(argument.value) == dotted(tensor)
 
 
 def _scalar_literal(value: cst.BaseExpression) -> bool:

@@ -276,10 +276,17 @@ def model_module_fills(facts: ModuleFacts, kinds: KindTable) -> Float16Constants
     if not classes:
         return found
     finder = _Finder(facts, kinds, found, module_constants(facts))
-    functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
-    for function in _with_callees(_methods(classes, facts, {"forward"}), functions, facts):
+    for function in model_module_forwards(facts, classes):
         finder.scan(function, lambda statement: True)
     return Float16Constants(fills=found.fills)
+
+
+def model_module_forwards(facts: ModuleFacts, classes: list[cst.ClassDef]
+                          ) -> Iterator[cst.FunctionDef]:
+    """The `forward` of each of the model `classes`, and the methods and module functions
+    they call: what a training script elsewhere runs under its autocast."""
+    functions = {f.name.value: f for f in facts.functions if f not in facts.function_class}
+    yield from _with_callees(_methods(classes, facts, {"forward"}), functions, facts)
 
 
 def _methods(classes: list[cst.ClassDef], facts: ModuleFacts, names: set[str]

@@ -20,7 +20,13 @@ from amprewrite.analysis.hazards import low_precision_casts, manual_casts
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.lint_evidence import Evidence, Verdict, consistent, split
 from amprewrite.analysis.names import dotted
-from amprewrite.analysis.sites import BackwardSite, StepSite, call_sites, scaled_step
+from amprewrite.analysis.sites import (
+    BackwardKind,
+    BackwardSite,
+    StepSite,
+    call_sites,
+    scaled_step,
+)
 from amprewrite.analysis.statements import is_backward_call
 from amprewrite.analysis.training_step import Note
 from amprewrite.analysis.tree import descendants
@@ -183,15 +189,22 @@ class Lint:
     unsafe_notes: list[Note] = field(default_factory=list)
 
 
+def _autograd_backward(site: BackwardSite | StepSite | None) -> bool:
+    """Whether a `.backward(...)` call may be autograd's (not a model's own method: a flow's
+    inverse, a Learner's backward)."""
+    return not (isinstance(site, BackwardSite) and site.kind is BackwardKind.OBJECT)
+
+
 def lint(facts: ModuleFacts, kinds: KindTable, usage: AmpUsage, saved: Checkpoints) -> Lint:
     scalers = frozenset(usage.scalers) | _scaling_receivers(facts)
     scaler = min(usage.scalers, default=None) or min(scalers, default=None)
     unsafe = Lint(scaler)
     found = Lint(scaler, unsafe=unsafe)
     autocast_blocks = [w for w in usage.unwrap if isinstance(w, cst.With)]
+    sites = call_sites(facts, kinds)
     for site in facts.calls:
         inside = _inside_autocast(site.statement, autocast_blocks, facts)
-        if is_backward_call(site.call) and inside:
+        if is_backward_call(site.call) and inside and _autograd_backward(sites.at(site.call)):
             found.notes.append(Note(BACKWARD_IN_AUTOCAST, site.call,
                                     "backward runs inside an autocast "
                                     "region; move it after the `with` block"))

@@ -167,6 +167,8 @@ def _backward_site(
         tensors = _tensors_argument(call)
         loss = receiver if tensors is None else tensors.value
         kind = BackwardKind.AUTOGRAD_UNPACKED if tensors is None else BackwardKind.AUTOGRAD
+    elif _inverse(site, receiver, facts, kinds):
+        kind = BackwardKind.OBJECT
     elif positional and not _seeded(site, receiver, facts, kinds):
         kind = BackwardKind.WITH_ARGUMENT
     elif _not_a_tensor(receiver, facts, kinds):
@@ -199,6 +201,21 @@ def _seeded(
     if len(positional) != 1 or positional[0].star:
         return False  # (`retain_graph=True` and the other keywords may follow)
     return holds_model_output(receiver, site.function, facts, kinds)
+
+
+def _inverse(
+    site: CallSite, receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable
+) -> bool:
+    """`z, log_det = flow.backward(z)`: a method of a model that happens to be named backward
+    (a normalizing flow's inverse). A tensor's backward returns None, so a result unpacked
+    into names is none of autograd's; nor is the backward of a model whose class, defined
+    here, has a `backward` method of its own."""
+    small = site.small
+    if type(small) is cst.Assign and small.value is site.call and any(
+            type(t.target) in (cst.Tuple, cst.List) for t in small.targets):
+        return True
+    return kinds.of(receiver_key(receiver)) is Kind.MODEL and any(
+        facts.method(cls, "backward") is not None for cls in kinds.model_classes())
 
 
 def _not_a_tensor(receiver: cst.BaseExpression, facts: ModuleFacts, kinds: KindTable) -> bool:

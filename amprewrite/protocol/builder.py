@@ -54,6 +54,7 @@ class Builder:
         self.parameters: dict[str, frozenset[str] | None] = {}  # `for p in m.parameters()`
         self.elements: dict[str, str] = {}  # `for opt in optimizers`: opt -> `optimizers[*]`
         self.assigned: ast.expr | None = None  # the value of the assignment being read
+        self.unpacked: ast.expr | None = None  # that value, where a tuple of names takes it
         self.sources: dict[str, list[ast.expr] | None] | None = None  # for `reach`, lazily
         self.loop_names: set[str] = set()  # a loop's names over data (what it iterates)
 
@@ -175,10 +176,12 @@ class Builder:
 
     def _assign(self, statement: ast.Assign | ast.AnnAssign | ast.AugAssign) -> list[ir.Node]:
         value = statement.value
-        self.assigned = value  # a construction assigned here is bound by `_bind`
-        out: list[ir.Node] = [] if value is None else list(self.events(value))
-        self.assigned = None
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        self.assigned = value  # a construction assigned here is bound by `_bind`
+        self.unpacked = value if any(isinstance(t, ast.Tuple | ast.List) for t in targets) \
+            else None
+        out: list[ir.Node] = [] if value is None else list(self.events(value))
+        self.assigned = self.unpacked = None
         names: set[str] = set()
         for target in targets:
             names |= _stored_names(target)
@@ -382,6 +385,8 @@ class Builder:
                 if receiver is not None and (FRAMEWORK_RECEIVERS.search(receiver)
                                              or self.program.is_optimizer(receiver)):
                     return None  # a framework's or an optimizer's own (apex's FP16_Optimizer)
+                if call is self.unpacked:
+                    return None  # `z, log_det = flow.backward(z)`: a tensor's returns None
                 return ir.Backward(self._scaled_by(func.value), call, self.reach(func.value))
             if receiver is not None and receiver in self.program.scalers:
                 if method not in SCALER_METHODS:

@@ -22,7 +22,8 @@ NOTHING_TO_REWRITE = Recipe(
 MODEL_MODULE = Recipe(
     name="model-module",
     applies=lambda analysis, options: (options.opt_level != "O0" and not analysis.has_work
-                                       and bool(analysis.model_fills.fills)),
+                                       and bool(analysis.model_fills.fills
+                                                 or analysis.model_data_inits)),
     context=plain_context,
     rules=(model_module_constants.RULE,),
 )
