@@ -212,10 +212,13 @@ BACKWARD_OF_NON_TENSOR = declare(
     "AMP214", SKIP, "`.backward()` of an object that is not a tensor",
     "`self.backward()` or `learner.backward()` is a training-loop object's own method (a "
     "fastai-style Learner, a trainer class), not a loss tensor's: it cannot be scaled. The "
-    "tensor's backward inside that method is rewritten where amprewrite sees it.",
+    "tensor's backward inside that method is rewritten where amprewrite sees it. A model's "
+    "method that happens to be named `backward` (a normalizing flow's inverse, `z, log_det = "
+    "flow.backward(z)`: its result is unpacked, and a tensor's backward returns None) is "
+    "left alone the same way.",
     why=(
         "`.backward()` is called on an object that is not a tensor (a trainer's or "
-        "Learner's own method)."
+        "Learner's own method, a flow's inverse)."
     ),
     example="learner.backward()   # a Learner's own method, not a tensor's",
 )
