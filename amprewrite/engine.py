@@ -134,21 +134,26 @@ def _rewrite(source: bytes, options: Options) -> tuple[RewriteResult, ast.Module
         message = "no torch, backward or training framework in this file; skipped"
         return RewriteResult(source, [Finding(NOTHING_TO_DO, 1, 1, message)]), None
     tree = _check_input_compiles(source)
-    return _run(_cst_parse(source), source, options, None), tree
+    return _run(_cst_parse(source), source, options, None, tree), tree
 
 
 def _run(
-    module: cst.Module, source: bytes, options: Options, carried: tuple[str, ...] | None
+    module: cst.Module, source: bytes, options: Options, carried: tuple[str, ...] | None,
+    tree: ast.Module | None = None,
 ) -> RewriteResult:
-    """Analyse `module` (parsed from, or rendered as, `source`), run the recipe that applies,
-    and carry out its plan; `carried` is the scaler arguments a migration found."""
+    """Analyse `module` (parsed from, or rendered as, `source`; its `ast` tree, where there is
+    one), run the recipe that applies, and carry out its plan; `carried` is the scaler
+    arguments a migration found."""
     return rewrite_analysed(analyse(module, scaler_arguments=carried, source=source), source,
-                            options)
+                            options, tree)
 
 
-def rewrite_analysed(analysis: ModuleAnalysis, source: bytes, options: Options) -> RewriteResult:
-    """Run the recipe that applies to an analysed module (parsed from `source`) and carry
-    out its plan: a project's modules come here with their links."""
+def rewrite_analysed(
+    analysis: ModuleAnalysis, source: bytes, options: Options, tree: ast.Module | None = None
+) -> RewriteResult:
+    """Run the recipe that applies to an analysed module (parsed from `source`, and as `tree`
+    by CPython where the caller has that) and carry out its plan: a project's modules come
+    here with their links."""
     module = analysis.facts.module
     recipe = choose(analysis, options)
     ctx = recipe.context(analysis, options)
@@ -157,15 +162,15 @@ def rewrite_analysed(analysis: ModuleAnalysis, source: bytes, options: Options) 
     if recipe.finish is not None:
         recipe.finish(ctx, analysis)
     if recipe.rewrites_result is not None and recipe.rewrites_result(options):
-        return _then_rewrite(module, source, ctx, options, recipe.result_goes_fp32)
-    result = _apply(module, source, ctx)
+        return _then_rewrite(module, source, ctx, options, recipe.result_goes_fp32, tree)
+    result = _apply(module, source, ctx, tree)
     result.own_amp = recipe.owns_precision
     return result
 
 
 def _then_rewrite(
     module: cst.Module, source: bytes, ctx: RuleContext, options: Options,
-    goes_fp32: bool = False,
+    goes_fp32: bool = False, tree: ast.Module | None = None,
 ) -> RewriteResult:
     """A migration's plan carried out on the tree, whose result the rewrite (or the lint)
     then analyses as it is, without parsing its text again; every finding on a line of the
@@ -182,7 +187,7 @@ def _then_rewrite(
         rendered.append((plan, apply_edits(module, plan, ctx.facts.statements_around)))
         return render_module(rendered[-1][1], module, layout, source), None
 
-    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render)
+    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render, tree)
     text = checked.source
     if checked.rejections:  # what the migration kept is the result: no second phase
         findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings]
@@ -204,7 +209,9 @@ def _then_rewrite(
     return RewriteResult(second.source, findings, second.source != source, second.own_amp)
 
 
-def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult:
+def _apply(
+    module: cst.Module, source: bytes, ctx: RuleContext, tree: ast.Module | None = None
+) -> RewriteResult:
     """Carry out the plan, render the result, verify it (`verification`: what breaks the
     protocol is undone), and report the notes as findings."""
     if not ctx.plan:  # nothing to render: only the findings' positions are needed
@@ -217,7 +224,7 @@ def _apply(module: cst.Module, source: bytes, ctx: RuleContext) -> RewriteResult
         new_source = render_module(new_module, module, layout, source)
         return new_source, _check_compiles(new_source) if new_source != source else None
 
-    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render)
+    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render, tree)
     findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
     return RewriteResult(checked.source, findings, checked.source != source)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from amprewrite.catalog import SKIP, Severity, declare
 from amprewrite.findings import Finding
-from amprewrite.protocol.outline import Interest, walk_statements
+from amprewrite.protocol.outline import BLOCK_FIELDS, Interest, subnodes, walk_statements
 
 SITE_WITHOUT_DISPOSITION = declare(
     "AMP011", SKIP, "AMP site left unchanged without a finding of its own",
@@ -213,20 +213,16 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
 
 
 def _own_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
-    """A statement and the nodes of its own lines (not its nested blocks' statements)."""
+    """A statement and the nodes of its own lines (not its nested blocks' statements), the
+    bodies of lambdas left out."""
     yield statement
-    todo: list[ast.AST] = []
-    for name, value in ast.iter_fields(statement):
-        if name in ("body", "orelse", "finalbody", "handlers", "cases"):
+    for name in statement._fields:
+        if name in BLOCK_FIELDS:
             continue
-        items = value if isinstance(value, list) else [value]
-        todo.extend(item for item in items if isinstance(item, ast.AST))
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Lambda):
-            continue
-        yield node
-        todo.extend(ast.iter_child_nodes(node))
+        value = getattr(statement, name, None)
+        for item in value if type(value) is list else (value,):
+            if isinstance(item, ast.AST) and type(item) is not ast.Lambda:
+                yield from subnodes(item)
 
 
 def _blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
@@ -323,17 +319,54 @@ def account(
 
 
 def changed_lines(before: bytes, after: bytes) -> set[int]:
-    """The input's lines the output replaced or removed, and those an insertion follows."""
+    """The input's lines the output replaced or removed, and those an insertion follows.
+    Paragraphs (runs of non-blank lines) are matched first, then the lines of the paragraphs
+    that differ: a rewrite leaves most paragraphs as they were (several times faster than
+    matching every line of the file at once)."""
     if before == after:
         return set()
-    import difflib  # imported here: only rewritten files need it
+    from difflib import SequenceMatcher  # imported here: only rewritten files need it
 
     old, new = before.splitlines(), after.splitlines()
+    old_paragraphs, new_paragraphs = _paragraphs(old), _paragraphs(new)
     changed: set[int] = set()
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for tag, i1, i2, _j1, _j2 in matcher.get_opcodes():
-        if tag in ("replace", "delete"):
-            changed.update(range(i1 + 1, i2 + 1))
-        elif tag == "insert":
-            changed.add(i1)  # the line the insertion follows (a step whose update comes after)
+    matcher = SequenceMatcher(None, [p for _, p in old_paragraphs],
+                              [p for _, p in new_paragraphs], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if i1 == i2:  # whole paragraphs inserted: after the last line of the one before
+            changed.add(_end(old_paragraphs[i1 - 1]) if i1 else 0)
+            continue
+        start, end = old_paragraphs[i1][0], _end(old_paragraphs[i2 - 1])
+        new_start = new_paragraphs[j1][0] if j1 < len(new_paragraphs) else len(new)
+        new_end = _end(new_paragraphs[j2 - 1]) if j2 > j1 else new_start
+        lines = SequenceMatcher(None, old[start:end], new[new_start:new_end], autojunk=False)
+        for line_tag, a1, a2, _b1, _b2 in lines.get_opcodes():
+            if line_tag in ("replace", "delete"):
+                changed.update(range(start + a1 + 1, start + a2 + 1))
+            elif line_tag == "insert":
+                changed.add(start + a1)  # the line the insertion follows (a step whose update
+                # comes after)
     return changed
+
+
+def _paragraphs(lines: list[bytes]) -> list[tuple[int, tuple[bytes, ...]]]:
+    """Each run of non-blank lines: its first line's 0-based index and its lines."""
+    found: list[tuple[int, tuple[bytes, ...]]] = []
+    current: list[bytes] = []
+    for index, line in enumerate(lines):
+        if line.strip():
+            current.append(line)
+            continue
+        if current:
+            found.append((index - len(current), tuple(current)))
+            current = []
+    if current:
+        found.append((len(lines) - len(current), tuple(current)))
+    return found
+
+
+def _end(paragraph: tuple[int, tuple[bytes, ...]]) -> int:
+    """The 0-based index after a paragraph's last line (its 1-based line number)."""
+    return paragraph[0] + len(paragraph[1])

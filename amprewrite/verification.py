@@ -102,7 +102,9 @@ class _Problem:
 class _Input:
     """The input as the check reads it, each part computed once, when first needed."""
 
-    def __init__(self, source: bytes, module: cst.Module, layout: Layout) -> None:
+    def __init__(
+        self, source: bytes, module: cst.Module, layout: Layout, tree: ast.Module | None
+    ) -> None:
         self.source = source
         self.module = module
         self.text = source.decode(module.encoding)
@@ -111,7 +113,7 @@ class _Input:
         self.lined_up = len(layout.spans) == len(module.body) and layout.length == len(
             self.text)
         self.top_level = TopLevel(self.text, layout.spans)
-        self._tree: ast.Module | None = None
+        self._tree = tree
         self._violations: Counter[tuple[str, str, object]] | None = None
         self._unbound: set[tuple[str, str]] | None = None
 
@@ -139,11 +141,12 @@ class _Input:
 def verify(
     source: bytes, module: cst.Module, ctx_plan: Plan, notes: list[Note], facts: ModuleFacts,
     sites: list[EditSite], layout: Layout,
-    render: Callable[[Plan], tuple[bytes, ast.Module | None]],
+    render: Callable[[Plan], tuple[bytes, ast.Module | None]], tree: ast.Module | None = None,
 ) -> Verified:
     """Render `ctx_plan` (`render` gives the text and, where it parsed it, its `ast` tree),
-    check the result against `source`, and undo what breaks."""
-    before = _Input(source, module, layout)
+    check the result against `source` (parsed as `tree`, where the caller has it), and undo
+    what breaks."""
+    before = _Input(source, module, layout, tree)
     plan, kept = ctx_plan, sites
     rejections: list[Finding] = []
     undone: set[str] = set()
@@ -192,8 +195,8 @@ def _problems(
             line = _first_use(text, name)
             problems.append(_Problem(NAME_UNBOUND, to_input(line), 0, scope.replace("/", "."),
                                      f"`{name}` is read here but nothing binds it"))
-    changes = changed_outside(before.top_level, tree, text, _edited(sites, layout, before)) if (
-        before.lined_up) else []
+    changes = changed_outside(before.top_level, before.tree, tree, text,
+                              _edited(sites, layout, before)) if before.lined_up else []
     for change in changes:
         problems.append(_Problem(CODE_CHANGED_ELSEWHERE, change.line, 0, change.scope,
                                  "this statement differs in the rewrite, though no edit of the "

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from amprewrite.cli import main
 from amprewrite.engine import rewrite_source
-from amprewrite.ledger import inventory
+from amprewrite.ledger import changed_lines, inventory
 from amprewrite.options import Options
 
 
@@ -140,3 +140,43 @@ def test_a_notebook_cell_s_silent_site_is_reported_in_its_cell(tmp_path: Path) -
 def test_at_o0_fp32_sites_are_what_was_asked() -> None:
     result = rewrite_source(WRAPPER.encode(), Options(opt_level="O0"))
     assert not [f for f in result.findings if f.code == "AMP011"]
+
+
+def _every_line_diff(before: bytes, after: bytes) -> set[int]:
+    """The changed lines as one match of every line of the file finds them (blank lines too,
+    where no site can be)."""
+    import difflib
+
+    changed: set[int] = set()
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(),
+                                      autojunk=False)
+    for tag, i1, i2, _j1, _j2 in matcher.get_opcodes():
+        if tag in ("replace", "delete"):
+            changed.update(range(i1 + 1, i2 + 1))
+        elif tag == "insert":
+            changed.add(i1)
+    return changed
+
+
+_BEFORE = b"import torch\n\nmodel = Net()\nopt = Adam()\n\nfor x in data:\n    loss = f(x)\n" \
+          b"    loss.backward()\n    opt.step()\n\ntorch.save(model)\n"
+
+
+@pytest.mark.parametrize(("after", "changed"), [
+    # an insertion inside a paragraph follows its line; a line replaced is that line
+    (_BEFORE.replace(b"    opt.step()\n", b"    scaler.step(opt)\n    scaler.update()\n"), {9}),
+    (_BEFORE.replace(b"loss.backward()", b"scaler.scale(loss).backward()"), {8}),
+    # a paragraph inserted, at the top and between two: after the last line before it
+    (b"import amp\n\n" + _BEFORE, {0}),
+    (_BEFORE.replace(b"opt = Adam()\n", b"opt = Adam()\n\nscaler = GradScaler()\n"), {4}),
+    # a paragraph removed, a whole paragraph rewritten, the file's last line changed
+    (_BEFORE.replace(b"import torch\n\n", b""), {1}),
+    (_BEFORE.replace(b"model = Net()\nopt = Adam()\n", b"model = Net().half()\n"), {3, 4}),
+    (_BEFORE.replace(b"torch.save(model)\n", b"torch.save(model, 'm.pt')\n"), {11}),
+])
+def test_changed_lines_match_paragraphs_then_lines_as_one_match_of_every_line_would(
+    after: bytes, changed: set[int]
+) -> None:
+    blank = {n for n, line in enumerate(_BEFORE.splitlines(), 1) if not line.strip()}
+    assert changed_lines(_BEFORE, after) == changed == _every_line_diff(_BEFORE, after) - blank
+    assert changed_lines(_BEFORE, _BEFORE) == set()

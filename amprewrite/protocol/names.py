@@ -3,9 +3,12 @@ none (an import it forgot, a scaler it did not create where it is used)."""
 
 from __future__ import annotations
 
+import _symtable  # type: ignore[import-not-found]  # `symtable`'s raw tables: no stubs
 import builtins
 import re
-import symtable
+from typing import Any
+
+_BOUND = _symtable.DEF_LOCAL | _symtable.DEF_IMPORT
 
 _BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__",
                                         "__loader__", "__package__", "__builtins__",
@@ -21,21 +24,24 @@ def unbound_names(source: str) -> set[tuple[str, str]]:
     if _STAR_IMPORT.search(source):
         return set()
     try:
-        top = symtable.symtable(source, "<amprewrite>", "exec")
+        # the raw tables (what `symtable.symtable` wraps): their flags are read directly,
+        # without a `Symbol` object per name of every scope
+        top = _symtable.symtable(source, "<amprewrite>", "exec")
     except SyntaxError:
         return set()
-    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    bound = {name for name, flags in top.symbols.items() if flags & _BOUND}
     reads: list[tuple[str, str]] = []
-    todo: list[tuple[symtable.SymbolTable, str]] = [(top, "")]
+    todo: list[tuple[Any, str]] = [(top, "")]
     while todo:
         table, path = todo.pop()
-        for symbol in table.get_symbols():
-            name = symbol.get_name()
-            if symbol.is_declared_global() and symbol.is_assigned():
-                bound.add(name)
-            elif symbol.is_referenced() and symbol.is_global() and not symbol.is_declared_global():
+        for name, flags in table.symbols.items():
+            scope = (flags >> _symtable.SCOPE_OFF) & _symtable.SCOPE_MASK
+            if scope == _symtable.GLOBAL_EXPLICIT:
+                if flags & _symtable.DEF_LOCAL:
+                    bound.add(name)
+            elif scope == _symtable.GLOBAL_IMPLICIT and flags & _symtable.USE:
                 reads.append((path, name))
-        for child in table.get_children():
-            todo.append((child, f"{path}/{child.get_name()}" if path else child.get_name()))
+        for child in table.children:
+            todo.append((child, f"{path}/{child.name}" if path else child.name))
     known = bound | _BUILTINS | set(_IPYTHON)
     return {(path, name) for path, name in reads if name not in known}

@@ -5,6 +5,7 @@ imports, the names each function binds and tests, and which lines may hold a pro
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
@@ -145,11 +146,19 @@ class _Scope:
     qualname: str | None = None
 
 
+_BINDS_NOTHING = frozenset({ast.Expr, ast.Return, ast.If, ast.While, ast.Try, ast.Pass,
+                            ast.Raise, ast.Break, ast.Continue})
+
+
 def bound_names(statement: ast.stmt) -> set[str]:
     """The names a statement's own header binds (assignment, loop and with targets)."""
     targets: list[ast.expr] = []
+    if type(statement) in _BINDS_NOTHING:  # the most common statements: a quick answer
+        return set()
     if isinstance(statement, ast.Assign):
-        targets = list(statement.targets)
+        targets = statement.targets
+        if len(targets) == 1 and isinstance(targets[0], ast.Name):
+            return {targets[0].id}
     elif isinstance(statement, ast.AugAssign | ast.AnnAssign | ast.For | ast.AsyncFor):
         targets = [statement.target]
     elif isinstance(statement, ast.With | ast.AsyncWith):
@@ -173,8 +182,11 @@ def _tested_against_none(tests: list[ast.expr], params: set[str]) -> set[str]:
     return found & params
 
 
-_CLASS_ALTERNATIVES = "|".join(sorted(OPTIMIZER_CLASSES))
-_OPTIMIZER_CLASS_NAMES = re.compile(rf"\b(?:{_CLASS_ALTERNATIVES})\b")
+# The optimizer classes' names without word boundaries (a superset: `ASGD` holds `SGD`,
+# `AdamW` `Adam`), which Python's regular expressions search many times faster
+_OPTIMIZER_CLASS_NAMES = re.compile("|".join(sorted(
+    {name for name in OPTIMIZER_CLASSES
+     if not any(other != name and other in name for other in OPTIMIZER_CLASSES)})))
 _WORD = re.compile(r"\w")
 
 
@@ -185,16 +197,30 @@ class Interest:
 
     def __init__(self, source: str, names: Iterable[str],
                  pattern: re.Pattern[str] | None = EVENT_PATTERN) -> None:
-        starts = [0] + [m.end() for m in re.finditer("\n", source)]
-        flags = bytearray(len(starts) + 1)
+        self.source = source
+        self.starts = [0] + [m.end() for m in re.finditer("\n", source)]
+        self.flags = bytearray(len(self.starts) + 1)
         for found in (pattern, _OPTIMIZER_CLASS_NAMES) if pattern is not None else ():
             match = found.search(source)
             while match is not None:  # one hit a line: then on from the next line
-                line = bisect_right(starts, match.start())
-                flags[line] = 1
-                if line >= len(starts):
+                line = bisect_right(self.starts, match.start())
+                self.flags[line] = 1
+                if line >= len(self.starts):
                     break
-                match = found.search(source, starts[line])
+                match = found.search(source, self.starts[line])
+        self._flag_names(names)
+        self.counts = list(accumulate(self.flags))
+
+    def naming(self, names: Iterable[str]) -> Interest:
+        """These lines and those naming one of `names` (the pattern is not searched again)."""
+        wider = copy.copy(self)
+        wider.flags = bytearray(self.flags)
+        wider._flag_names(names)
+        wider.counts = list(accumulate(wider.flags))
+        return wider
+
+    def _flag_names(self, names: Iterable[str]) -> None:
+        source, starts, flags = self.source, self.starts, self.flags
         for name in set(names):
             at = source.find(name) if name else -1
             while at != -1:
@@ -207,7 +233,6 @@ class Interest:
                         break
                     end = starts[line]
                 at = source.find(name, end)
-        self.counts = list(accumulate(flags))
 
     def any(self, first: int, last: int) -> bool:
         """Whether a line in `first`..`last` (1-based, inclusive) mentions a word."""

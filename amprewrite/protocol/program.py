@@ -101,8 +101,8 @@ def program_of(tree: ast.Module, source: str) -> Program:
                 _classify_assignment(program, key, assignment.value)
     _collect_calls(program, Interest(source, (), _SCALE))
     keys = [*program.scalers, *program.autocast_makers, *program.autocast_values]
-    names = [*found.classes, *(name.rsplit(".", 1)[-1] for name in found.functions if name)]
-    program.interest = Interest(source, (*names, *(root_of(key) for key in keys)))
+    # `rough` names every function and class defined (`def`/`class` lines) already
+    program.interest = rough.naming(root_of(key) for key in keys)
     return program
 
 
@@ -122,7 +122,11 @@ def _collect_calls(program: Program, lines: Interest) -> None:
     step_targets: list[tuple[str, str]] = []
     named: set[str] = set()
     for function in program.functions.values():
-        for statement in walk_statements(function.node.body):
+        definition = function.node
+        if not isinstance(definition, ast.Module) and not lines.any(
+                definition.lineno, definition.end_lineno or definition.lineno):
+            continue
+        for statement in walk_statements(definition.body):
             if not lines.statement(statement):
                 continue
             for expression in own_expressions(statement):

@@ -2,8 +2,8 @@
 statement, in order, with the statements the plan wraps or inserts allowed and nothing else.
 
 Top-level statements are compared by their text; where the texts differ, the input's
-statements there are parsed (Python's `ast`) and compared with the output's one statement at
-a time, by the code of each statement's own lines and the blocks it holds."""
+statements there (of its `ast` tree) are compared with the output's one statement at a time,
+by the code of each statement's own lines and the blocks it holds."""
 
 from __future__ import annotations
 
@@ -47,29 +47,26 @@ class TopLevel:
 
 
 def changed_outside(
-    before: TopLevel, after: ast.Module, after_text: str, edited: Edited
+    before: TopLevel, before_tree: ast.Module, after: ast.Module, after_text: str,
+    edited: Edited,
 ) -> list[Change]:
-    """The statements of the input that the output changes, moves or drops, outside `edited`."""
+    """The statements of the input (parsed as `before_tree`) that the output changes, moves or
+    drops, outside `edited`."""
     after_lines = after_text.splitlines()
     old = [_normalised(before.text[start:end]) for start, end in before.spans]
     new = [_normalised(_text(s, after_lines)) for s in after.body]
     changes: list[Change] = []
+    old_lines: list[str] | None = None
     matcher = SequenceMatcher(None, old, new, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal" or i1 == i2:
             continue
-        start, end = before.spans[i1][0], before.spans[i2 - 1][1]
-        first_line = before.text.count("\n", 0, start) + 1
-        region = before.text[start:end]
-        try:
-            parsed = ast.parse(region)
-        except SyntaxError:  # a span that does not parse alone: the whole input
-            parsed = ast.parse(before.text)
-            first_line = 1
-            region = before.text
-        ast.increment_lineno(parsed, first_line - 1)
-        old_lines = [""] * (first_line - 1) + region.splitlines()
-        changes += _compare(parsed.body, old_lines, after.body[j1:j2], after_lines, edited)
+        first = before.text.count("\n", 0, before.spans[i1][0]) + 1
+        last = before.text.count("\n", 0, before.spans[i2 - 1][1] - 1) + 1
+        if old_lines is None:
+            old_lines = before.text.splitlines()
+        region = [s for s in before_tree.body if first <= s.lineno <= last]
+        changes += _compare(region, old_lines, after.body[j1:j2], after_lines, edited)
     return changes
 
 
