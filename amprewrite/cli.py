@@ -178,7 +178,7 @@ def main(
         if output_format == "json":
             print_json(outcomes, not write, text, err)
         elif output_format == "github":
-            print_github(outcomes, err)
+            print_github(outcomes, not write, err)
         else:
             for outcome in outcomes:
                 report_findings(outcome, verbosity, would=not write)

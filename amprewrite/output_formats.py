@@ -7,13 +7,15 @@ from typing import Any
 
 import click
 
-from amprewrite.catalog import Severity
+from amprewrite.catalog import Severity, declared_code
 from amprewrite.findings import Finding
 from amprewrite.notebook_cells import CellFinding
 from amprewrite.report import status_text
 from amprewrite.runner import FileOutcome, is_notebook
 
-_GITHUB_LEVEL = {Severity.ERROR: "error", Severity.SKIP: "warning", Severity.CHANGE: "notice",
+# Every severity's annotation level: what fails the run is an error (a lint finding, a file
+# that cannot be processed, and, where nothing is written, a change the run would make)
+_GITHUB_LEVEL = {Severity.ERROR: "error", Severity.LINT: "error", Severity.SKIP: "warning",
                  Severity.NOTE: "notice"}
 
 
@@ -44,17 +46,40 @@ def _json(finding: Finding, notebook: bool) -> dict[str, Any]:
                     "severity": finding.severity.value}
 
 
-def print_github(outcomes: list[FileOutcome], err: bool = False) -> None:
+def print_github(outcomes: list[FileOutcome], would: bool, err: bool = False) -> None:
     """GitHub Actions workflow commands (on stdout, stderr with `err`): annotations on the pull
-    request's diff. A finding in a notebook cell is put on the line of the .ipynb file that
-    shows it, its message prefixed `cell 5:3:1: `."""
+    request's diff, each with its code's title; a change is an error where the run only says
+    it `would` make it (`--check`, `--diff`: it fails the run), a notice where it was made. A
+    finding in a notebook cell is put on the line of the .ipynb file that shows it, its
+    message prefixed `cell 5:3:1: `."""
     for outcome in outcomes:
         for f in outcome.findings:
-            message = f.message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+            message = _escaped(f.message)
             if isinstance(f, CellFinding):
-                where = f"line={f.file_line}"
+                line, col = f.file_line, 1
                 message = f"cell {f.cell}:{f.line}:{f.col}: {message}"
             else:
-                where = f"line={f.line},col={f.col}"
-            click.echo(f"::{_GITHUB_LEVEL[f.severity]} file={outcome.path},{where},"
-                       f"title={f.code}::{message}", err=err)
+                line, col = f.line, f.col
+            title = declared_code(f.code)
+            heading = f"{f.code} {title.title}" if title is not None else f.code
+            click.echo(f"::{github_level(f.severity, would)} file={_property(outcome.path)},"
+                       f"line={line},col={col},endLine={line},endColumn={col},"
+                       f"title={_property(heading)}::{message}", err=err)
+
+
+def github_level(severity: Severity, would: bool) -> str:
+    """The annotation level of a finding of `severity`."""
+    if severity is Severity.CHANGE:
+        return "error" if would else "notice"
+    return _GITHUB_LEVEL[severity]
+
+
+def _escaped(message: str) -> str:
+    """A workflow command's message, escaped as GitHub's toolkit does."""
+    return message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(value: str) -> str:
+    """A workflow command's property value (`file=`, `title=`), escaped as GitHub's toolkit
+    does: its `:` and `,` too."""
+    return _escaped(value).replace(":", "%3A").replace(",", "%2C")

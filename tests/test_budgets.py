@@ -117,9 +117,29 @@ def test_a_rewrite_past_its_time_budget_is_abandoned_with_a_finding(
     assert time.monotonic() - started < 10
     assert outcome.status is Status.UNCHANGED and path.read_bytes() == source
     assert [f.format("t.py") for f in outcome.findings] == [
-        "t.py:1:1: AMP009 rewrite abandoned after 0.2 seconds; file left unchanged"]
-    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        "t.py:1:1: AMP009 rewrite abandoned after 0.2 seconds of CPU time; file left unchanged"]
+    assert signal.getsignal(signal.SIGPROF) is signal.SIG_DFL
+    assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+
+
+def test_the_budget_counts_cpu_time_not_the_clock_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rewrite that waits (a loaded machine: the process is not running) keeps its budget."""
+    source = _training(b"model(x).sum()")
+    rewritten = engine.rewrite_source(source, Options())  # before the budget starts
+    monkeypatch.setattr(budget, "SECONDS_PER_FILE", 0.2)
+
+    def waiting(source: bytes, options: Options) -> engine.RewriteResult:
+        time.sleep(0.6)  # three budgets of the clock's time, almost none of the CPU's
+        return rewritten
+
+    monkeypatch.setattr(engine, "rewrite_source", waiting)
+    path = tmp_path / "train.py"
+    path.write_bytes(source)
+    outcome = process_file(path, Options(), write=False, explicit=True)
+    assert outcome.status is Status.CHANGED
+    assert "AMP009" not in {f.code for f in outcome.findings}
 
 
 def test_a_project_group_past_its_budget_is_left_unchanged(
@@ -132,5 +152,5 @@ def test_a_project_group_past_its_budget_is_left_unchanged(
     monkeypatch.setattr(rewrite, "link_group", lambda *args: _slow_rewrite(b"", Options()))
     result = CliRunner().invoke(main, [str(work)])
     assert result.exit_code == 0, result.output
-    assert "AMP009 rewrite abandoned after 0.2 seconds" in result.output
+    assert "AMP009 rewrite abandoned after 0.2 seconds of CPU time" in result.output
     assert {p.name: p.read_bytes() for p in work.glob("*.py")} == before

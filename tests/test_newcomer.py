@@ -134,7 +134,8 @@ def test_no_runtime_hint_for_plain_quiet_or_machine_output(project: Path, flags:
 
 def test_github_annotations_use_the_conditional_under_check(project: Path) -> None:
     _, out, _ = _run("--check", "--output-format", "github", "train.py")
-    assert "title=AMP104::`optimizer.step()` would be routed through" in out
+    assert ("title=AMP104 optimizer step routed through the scaler::`optimizer.step()` would be "
+            "routed through") in out
 
 
 def _change_messages() -> set[tuple[str, str]]:

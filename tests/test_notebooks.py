@@ -415,8 +415,8 @@ def test_github_annotations_point_at_the_line_of_the_file(notebook: Path) -> Non
     _, out, _ = _run("--check", "--output-format", "github", str(notebook))
     lines = notebook.read_text().splitlines()
     annotation = next(line for line in out.splitlines() if "title=AMP101" in line)
-    match = re.match(r"::notice file=(.*),line=(\d+),title=AMP101::cell 7:6:5: forward pass",
-                     annotation)
+    match = re.match(r"::error file=(.*),line=(\d+),col=1,endLine=\2,endColumn=1,"
+                     r"title=AMP101 [^:]*::cell 7:6:5: forward pass", annotation)
     assert match is not None, annotation
     assert lines[int(match[2]) - 1] == '    "    logits = model(x)\\n",'
 

@@ -102,7 +102,8 @@ def test_json_output(project: Path) -> None:
 
 def test_github_annotations(project: Path) -> None:
     _, out, _ = _run("--check", "--output-format", "github", str(project / "src" / "train.py"))
-    assert f"::notice file={project / 'src' / 'train.py'},line=13,col=5,title=AMP102::" in out
+    assert (f"::error file={project / 'src' / 'train.py'},line=13,col=5,endLine=13,endColumn=5,"
+            "title=AMP102 backward pass scaled::") in out
 
 
 def test_files_without_torch_are_skipped_before_parsing() -> None:

@@ -1,0 +1,72 @@
+"""`--output-format github`: every severity maps to an annotation level, and each annotation
+carries its span and its code's title, escaped as GitHub's toolkit escapes them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import amprewrite.engine  # noqa: F401  # declares every rule's code
+from amprewrite.catalog import Severity, declared
+from amprewrite.cli import main
+from amprewrite.findings import Finding
+from amprewrite.output_formats import github_level, print_github
+from amprewrite.runner import FileOutcome, Status
+
+_ANNOTATION = re.compile(r"::(error|warning|notice) file=(?P<file>[^,]*),line=(\d+),col=(\d+),"
+                         r"endLine=(\d+),endColumn=(\d+),title=(?P<title>[^:]*)::(?P<message>.*)")
+
+
+@pytest.mark.parametrize("severity", list(Severity))
+@pytest.mark.parametrize("would", [True, False])
+def test_every_severity_is_annotated(
+    severity: Severity, would: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = next(c for c in declared().values() if c.severity is severity)
+    finding = Finding(code, 12, 5, "50% of it, here: a, b")
+    print_github([FileOutcome("src/a,b:c.py", Status.CHANGED, [finding])], would)
+    annotation = _ANNOTATION.fullmatch(capsys.readouterr().out.strip())
+    assert annotation is not None
+    assert annotation.group(1) == github_level(severity, would)
+    assert annotation.groups()[2:6] == ("12", "5", "12", "5")
+    assert annotation["file"] == "src/a%2Cb%3Ac.py"
+    assert annotation["title"].startswith(f"{code} ") and len(annotation["title"]) > 8
+    assert annotation["message"] == "50%25 of it, here: a, b"
+
+
+def test_what_fails_the_run_is_an_error() -> None:
+    assert github_level(Severity.LINT, False) == "error"
+    assert github_level(Severity.ERROR, False) == "error"
+    assert github_level(Severity.CHANGE, True) == "error"  # --check, --diff: the run fails
+    assert github_level(Severity.CHANGE, False) == "notice"  # made: the run succeeds
+    assert github_level(Severity.SKIP, True) == "warning"
+    assert github_level(Severity.NOTE, True) == "notice"
+
+
+_OWN_AMP_PLAIN_STEP = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x in torch.randn(8, 2, 4):
+    with torch.autocast("cuda"):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+def test_a_lint_finding_fails_check_as_an_error_annotation(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(_OWN_AMP_PLAIN_STEP)
+    result = CliRunner().invoke(main, ["--check", "--output-format", "github", str(script)])
+    assert result.exit_code == 1, result.output  # it was 123: KeyError on the lint severity
+    assert f"::error file={script},line=12,col=5,endLine=12,endColumn=5,title=AMP6" in (
+        result.output)
