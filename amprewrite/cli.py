@@ -21,7 +21,7 @@ from amprewrite.fileio import resolved
 from amprewrite.filters import keep_findings
 from amprewrite.findings import Finding
 from amprewrite.options import DTYPES, OPT_LEVELS, Options, validate
-from amprewrite.output_formats import print_github, print_json
+from amprewrite.output_formats import print_github, print_json, print_sarif, print_statistics
 from amprewrite.parallel import run_files
 from amprewrite.report import (
     EXIT_FAILED,
@@ -93,8 +93,13 @@ def _explain(ctx: click.Context, parameter: click.Parameter, value: str | None) 
               help="Do not report findings whose code starts with one of these.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Files processed in parallel (default: all cores).")
-@click.option("--output-format", type=click.Choice(["text", "json", "github"]), default="text",
-              show_default=True, help="How findings are reported.")
+@click.option("--output-format", type=click.Choice(["text", "json", "github", "sarif"]),
+              default="text", show_default=True,
+              help="How findings are reported (sarif: SARIF 2.1.0, for GitHub code scanning).")
+@click.option("--statistics", is_flag=True,
+              help="Report how many findings of each code, not each finding.")
+@click.option("-o", "--output-file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the report (findings, summary) to this file.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="pyproject.toml to read [tool.amprewrite] from.")
 @click.option("-q", "--quiet", is_flag=True, help="Report errors only; no summary.")
@@ -129,6 +134,8 @@ def main(
     ignore: str | None,
     jobs: int | None,
     output_format: str,
+    statistics: bool,
+    output_file: Path | None,
     config_path: Path | None,
     quiet: bool,
     verbose: bool,
@@ -174,20 +181,45 @@ def main(
         outcomes = [in_reported_mood(keep_findings(outcome, *codes), not write)
                     for outcome in report_order(outcomes)]
         text = summary(outcomes, would=not write, excluded=found.excluded)
-        err = report_on_stderr(paths, write)
-        if output_format == "json":
-            print_json(outcomes, not write, text, err)
-        elif output_format == "github":
-            print_github(outcomes, not write, err)
-        else:
-            for outcome in outcomes:
-                report_findings(outcome, verbosity, would=not write)
-                if show_diff and outcome.status is Status.CHANGED:
-                    print_diff(outcome)
-            if verbosity is not Verbosity.QUIET:
-                _print_hints(ctx, outcomes)
-                click.echo(text, err=True)
+        err = report_on_stderr(paths, write) and output_file is None
+        with report_to(output_file):
+            _report(ctx, outcomes, output_format, statistics, verbosity, show_diff, write,
+                    err, text)
         sys.exit(exit_code(outcomes, exit_zero, check))
+
+
+def _report(
+    ctx: click.Context, outcomes: list[FileOutcome], output_format: str, statistics: bool,
+    verbosity: Verbosity, show_diff: bool, write: bool, err: bool, text: str,
+) -> None:
+    """The report in the format asked for (`err`: on stderr, where stdout holds the code)."""
+    if statistics:
+        print_statistics(outcomes, err)
+    elif output_format == "json":
+        print_json(outcomes, not write, text, err)
+    elif output_format == "github":
+        print_github(outcomes, not write, err)
+    elif output_format == "sarif":
+        print_sarif(outcomes, not write, err)
+    else:
+        for outcome in outcomes:
+            report_findings(outcome, verbosity, would=not write)
+            if show_diff and outcome.status is Status.CHANGED:
+                print_diff(outcome)
+        if verbosity is not Verbosity.QUIET:
+            _print_hints(ctx, outcomes)
+            click.echo(text, err=True)
+
+
+@contextlib.contextmanager
+def report_to(path: Path | None) -> Iterator[None]:
+    """Everything printed in the block goes to `path` (uncoloured), where one is given."""
+    if path is None:
+        yield
+        return
+    with path.open("w", encoding="utf-8") as stream, contextlib.redirect_stdout(
+            stream), contextlib.redirect_stderr(stream):
+        yield
 
 
 @contextlib.contextmanager

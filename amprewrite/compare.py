@@ -26,6 +26,8 @@ import click
 ENV_OPT_LEVEL = "AMPREWRITE_OPT_LEVEL"
 ENV_TRACE = "AMPREWRITE_TRACE"
 ENV_MAX_STEPS = "AMPREWRITE_MAX_STEPS"
+ENV_SEED = "AMPREWRITE_SEED"  # the runtime seeds Python, NumPy and torch with it at import
+DEFAULT_TOLERANCE = 0.10
 STDERR_TAIL_LINES = 20
 
 
@@ -93,6 +95,29 @@ def divergence(fp32: Run, amp: Run) -> Divergence | None:
     max_rel_step = max(steps, key=relative.__getitem__)
     return Divergence(len(steps), absolute[max_abs_step], max_abs_step, absolute[steps[-1]],
                       relative[max_rel_step], max_rel_step, relative[steps[-1]])
+
+
+def verdict(fp32: Run, amp: Run, tolerance: float) -> str | None:
+    """Why the AMP run does not train like the FP32 one (None: it does): a non-finite loss
+    where FP32's is finite, no step to compare, or a late loss (the mean over the last
+    quarter of the steps, at least one) off FP32's by more than `tolerance`, relatively."""
+    reference, other = fp32.losses, amp.losses
+    steps = sorted(reference.keys() & other.keys())
+    broken = [s for s in steps if math.isfinite(reference[s]) and not math.isfinite(other[s])]
+    if broken:
+        return f"the AMP loss is not finite at step {broken[0]}, where FP32's is"
+    finite = [s for s in steps if math.isfinite(reference[s])]
+    if not finite:
+        return "no step has a finite loss in both runs"
+    late = finite[-max(1, len(finite) // 4):]
+    fp32_late = sum(reference[s] for s in late) / len(late)
+    amp_late = sum(other[s] for s in late) / len(late)
+    off = _ratio(abs(amp_late - fp32_late), abs(fp32_late))
+    if off > tolerance:
+        return (f"the AMP loss over the last {len(late)} steps is {off:.1%} off FP32's "
+                f"(mean {amp_late:.6g} against {fp32_late:.6g}; the tolerance is "
+                f"{tolerance:.1%})")
+    return None
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -433,8 +458,15 @@ def _pyplot() -> Any:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Draw both loss curves and the loss scale to this PNG "
                                  "(needs the `plot` extra: matplotlib).")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=DEFAULT_TOLERANCE,
+              show_default=True,
+              help="How far (relative) the AMP run's late loss may be from FP32's.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The seed both runs start from (AMPREWRITE_SEED, PYTHONHASHSEED).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def compare(steps: int, plot_path: Path | None, command: tuple[str, ...]) -> None:
+def compare(
+    steps: int, plot_path: Path | None, tolerance: float, seed: int, command: tuple[str, ...]
+) -> None:
     """Run a rewritten training script as FP32 and at its own opt level, and compare them.
 
     COMMAND (`python train.py`, or a notebook's path alone: `amprewrite compare nb.ipynb`
@@ -442,9 +474,13 @@ def compare(steps: int, plot_path: Path | None, command: tuple[str, ...]) -> Non
     steps: with AMPREWRITE_OPT_LEVEL=O0 (FP32), then at the script's own level (an
     AMPREWRITE_OPT_LEVEL in the environment is removed for that run; AMPREWRITE_DTYPE and
     AMPREWRITE_DEVICE apply to both). Prints the final losses, their divergence, skipped
-    steps, the loss scale and the median step times.
+    steps, the loss scale and the median step times, and a verdict: the AMP run trains like
+    the FP32 one where its loss stays finite and its mean loss over the last quarter of the
+    steps is within --tolerance of FP32's. Both runs start from the same seed (--seed: the
+    runtime seeds Python, NumPy and torch when it is imported, and PYTHONHASHSEED is set).
 
-    Exit status: 0 compared, 1 a run failed or wrote no trace, 2 usage error.
+    Exit status: 0 the runs agree, 1 a run failed or wrote no trace, or the AMP run diverged
+    (past --tolerance, or a non-finite loss), 2 usage error.
     """
     from amprewrite.compare_notebooks import NOTEBOOK_ENVIRONMENT, is_notebook_path, script_command
 
@@ -452,6 +488,7 @@ def compare(steps: int, plot_path: Path | None, command: tuple[str, ...]) -> Non
         _pyplot()  # refuse before spending the runs' time
     refuse_before_running(command)
     inherited = {k: v for k, v in os.environ.items() if k != ENV_OPT_LEVEL}
+    inherited |= {ENV_SEED: str(seed), "PYTHONHASHSEED": str(seed % 2**32)}
     if is_notebook_path(command):
         inherited |= NOTEBOOK_ENVIRONMENT
         command = tuple(script_command(command[0]))
@@ -464,3 +501,8 @@ def compare(steps: int, plot_path: Path | None, command: tuple[str, ...]) -> Non
     if plot_path is not None:
         plot(plot_path, fp32, amp, f"amprewrite compare --steps {steps} -- {_shell(command)}")
         click.echo(f"plot written to {plot_path}", err=True)
+    problem = verdict(fp32, amp, tolerance)
+    if problem is not None:
+        click.echo(f"verdict: diverged: {problem}")
+        raise CompareError(f"the AMP run diverged from FP32: {problem}")
+    click.echo(f"verdict: the AMP run trains like FP32 (its late loss within {tolerance:.1%})")

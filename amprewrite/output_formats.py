@@ -1,12 +1,14 @@
-"""Machine-readable reports: `--output-format json` and `--output-format github`."""
+"""Machine-readable reports: `--output-format json`, `github` and `sarif`, and `--statistics`."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import click
 
+from amprewrite import __version__
 from amprewrite.catalog import Severity, declared_code
 from amprewrite.findings import Finding
 from amprewrite.notebook_cells import CellFinding
@@ -83,3 +85,54 @@ def _property(value: str) -> str:
     """A workflow command's property value (`file=`, `title=`), escaped as GitHub's toolkit
     does: its `:` and `,` too."""
     return _escaped(value).replace(":", "%3A").replace(",", "%2C")
+
+
+_SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def print_sarif(outcomes: list[FileOutcome], would: bool, err: bool = False) -> None:
+    """One SARIF 2.1.0 log (GitHub code scanning reads it): a rule per code found, with its
+    title, why it fires and what to do, and a result per finding at its file, line and
+    column (a notebook's on the line of the .ipynb file that shows it)."""
+    findings = [(outcome, f) for outcome in outcomes for f in outcome.findings]
+    codes = sorted({f.code for _, f in findings})
+    rules = [_sarif_rule(code) for code in codes]
+    results = []
+    for outcome, f in findings:
+        level = github_level(f.severity, would)
+        line, col = (f.file_line, 1) if isinstance(f, CellFinding) else (f.line, f.col)
+        message = f"cell {f.cell}:{f.line}:{f.col}: {f.message}" if isinstance(
+            f, CellFinding) else f.message
+        results.append({
+            "ruleId": f.code, "ruleIndex": codes.index(f.code),
+            "level": "note" if level == "notice" else level,
+            "message": {"text": message},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": outcome.path.replace("\\", "/")},
+                "region": {"startLine": line, "startColumn": col}}}],
+        })
+    log = {"$schema": _SARIF_SCHEMA, "version": "2.1.0", "runs": [{
+        "tool": {"driver": {"name": "amprewrite", "version": __version__, "rules": rules}},
+        "results": results}]}
+    click.echo(json.dumps(log, indent=2), err=err)
+
+
+def _sarif_rule(code: str) -> dict[str, Any]:
+    declared = declared_code(code)
+    if declared is None:
+        return {"id": code}
+    return {"id": code, "name": declared.title,
+            "shortDescription": {"text": declared.title},
+            "fullDescription": {"text": declared.why},
+            "help": {"text": declared.advice},
+            "properties": {"severity": declared.severity.value}}
+
+
+def print_statistics(outcomes: list[FileOutcome], err: bool = False) -> None:
+    """How many findings of each code, the most frequent first (as `ruff --statistics`)."""
+    counts = Counter(f.code for outcome in outcomes for f in outcome.findings)
+    width = len(str(max(counts.values(), default=0)))
+    for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        declared = declared_code(code)
+        title = f"\t{declared.title}" if declared is not None else ""
+        click.echo(f"{count:>{width}}\t{code}{title}", err=err)

@@ -19,6 +19,7 @@ from amprewrite.compare import (
     divergence,
     refuse_before_running,
     report,
+    verdict,
 )
 from tests.execution import FIXTURES_DIR, RUNTIME_DIR
 
@@ -273,3 +274,81 @@ def test_a_notebook_that_is_not_rewritten_is_refused_before_running() -> None:
     result = _compare(str(NOTEBOOK / "input.ipynb"))
     assert result.exit_code == 2 and "does not import amprewrite_runtime" in result.stderr
     assert "FP32 run" not in result.stderr
+
+
+def _run_of(label: str, losses: list[float]) -> Run:
+    return Run(label, [{"step": i + 1, "loss": loss} for i, loss in enumerate(losses)])
+
+
+def test_the_verdict_judges_the_late_losses_and_non_finite_ones() -> None:
+    fp32 = _run_of("FP32", [4.0, 3.0, 2.0, 1.5, 1.2, 1.0, 0.9, 0.8])
+    close = _run_of("AMP", [4.5, 3.3, 2.1, 1.5, 1.2, 1.02, 0.91, 0.8])  # early noise, late same
+    assert verdict(fp32, close, 0.10) is None
+    stalled = _run_of("AMP", [4.0, 3.6, 3.5, 3.5, 3.4, 3.4, 3.3, 3.3])  # stopped learning
+    assert "off FP32's" in (verdict(fp32, stalled, 0.10) or "")
+    assert verdict(fp32, stalled, 5.0) is None  # a tolerance wide enough
+    broken = _run_of("AMP", [4.0, 3.0, math.nan, 1.5, 1.2, 1.0, 0.9, 0.8])
+    assert verdict(fp32, broken, 0.10) == "the AMP loss is not finite at step 3, where FP32's is"
+
+
+def test_a_run_that_diverges_fails_with_its_reason(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"  # FP32 learns; the AMP run's loss stays where it started
+    script.write_text(
+        "import os\nimport torch\nfrom amprewrite_runtime import GradScaler\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scaler = GradScaler(opt_level='O1')\n"
+        "learns = os.environ.get('AMPREWRITE_OPT_LEVEL') == 'O0'\n"
+        "x, y = torch.randn(32, 4), torch.randn(32, 1)\n"
+        "for _ in range(30):\n"
+        "    loss = ((model(x) - y) ** 2).mean()\n"
+        "    scaler.scale(loss).backward()\n"
+        "    if not learns:\n"
+        "        optimizer.zero_grad()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+        "    optimizer.zero_grad()\n")
+    result = _compare("--steps", "20", "--", sys.executable, str(script))
+    assert result.exit_code == 1, result.output
+    assert "verdict: diverged: the AMP loss over the last 5 steps is" in result.stdout
+    assert "the AMP run diverged from FP32" in result.stderr
+
+
+def test_both_runs_start_from_the_same_seed(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"  # a model drawn without a seed of the script's own
+    script.write_text(
+        "import torch\nfrom amprewrite_runtime import GradScaler, autocast\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "scaler = GradScaler(opt_level='O1')\n"
+        "for _ in range(10):\n"
+        "    x = torch.randn(16, 8)\n"
+        "    with autocast():\n"
+        "        loss = model(x).pow(2).mean()\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n"
+        "    scaler.update()\n"
+        "    optimizer.zero_grad()\n")
+    result = _compare("--steps", "4", "--seed", "7", "--", sys.executable, str(script))
+    assert result.exit_code == 0, result.output
+    per_step = re.findall(r"^  ([1-4])  +(\S+)  +(\S+)  ", result.stdout, re.MULTILINE)
+    assert [step for step, _, _ in per_step] == ["1", "2", "3", "4"]
+    for _, fp32_loss, amp_loss in per_step:  # unseeded, the two models differ (0.26-0.44)
+        assert float(amp_loss) == pytest.approx(float(fp32_loss), rel=0.02)
+    assert "verdict: the AMP run trains like FP32" in result.stdout
+
+
+def test_the_runtime_seeds_where_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from amprewrite_runtime.trace import seed_from_environment
+
+    monkeypatch.delenv("AMPREWRITE_SEED", raising=False)
+    assert seed_from_environment() is None
+    monkeypatch.setenv("AMPREWRITE_SEED", "7")
+    assert seed_from_environment() == 7
+    drawn = torch.rand(3)
+    torch.manual_seed(7)
+    assert torch.equal(drawn, torch.rand(3))
+    monkeypatch.setenv("AMPREWRITE_SEED", "seven")
+    with pytest.raises(ValueError, match="AMPREWRITE_SEED='seven' is not valid"):
+        seed_from_environment()

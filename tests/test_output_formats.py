@@ -3,6 +3,7 @@ carries its span and its code's title, escaped as GitHub's toolkit escapes them.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -70,3 +71,70 @@ def test_a_lint_finding_fails_check_as_an_error_annotation(tmp_path: Path) -> No
     assert result.exit_code == 1, result.output  # it was 123: KeyError on the lint severity
     assert f"::error file={script},line=12,col=5,endLine=12,endColumn=5,title=AMP6" in (
         result.output)
+
+
+_FP32_TRAINING = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(8, 2, 4):
+    optimizer.zero_grad()
+    loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_sarif_is_a_2_1_log_with_a_rule_per_code_and_a_result_per_finding(
+    tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(_OWN_AMP_PLAIN_STEP)
+    result = CliRunner().invoke(main, ["--check", "--output-format", "sarif", str(script)])
+    assert result.exit_code == 1, result.output
+    log = json.loads(result.stdout)
+    assert log["version"] == "2.1.0" and log["$schema"].endswith("sarif-2.1.0.json")
+    [run] = log["runs"]
+    rules = run["tool"]["driver"]["rules"]
+    assert run["tool"]["driver"]["name"] == "amprewrite" and rules
+    for found in run["results"]:
+        rule = rules[found["ruleIndex"]]
+        assert rule["id"] == found["ruleId"] and rule["shortDescription"]["text"]
+        assert rule["help"]["text"] and found["level"] in ("error", "warning", "note")
+    lint = next(r for r in run["results"] if r["ruleId"] == "AMP601")
+    assert lint["level"] == "error"
+    location = lint["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"] == str(script)
+    assert location["region"] == {"startLine": 12, "startColumn": 5}
+
+
+def test_statistics_count_the_findings_of_each_code_most_frequent_first(
+    tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(_FP32_TRAINING)
+    counted = CliRunner().invoke(main, ["--check", "--statistics", str(script)])
+    assert counted.exit_code == 1, counted.output
+    listed = CliRunner().invoke(main, ["--check", "--output-format", "json", str(script)])
+    codes = [f["code"] for f in json.loads(listed.stdout)["files"][0]["findings"]]
+    rows = [line.split("\t") for line in counted.output.splitlines()]
+    assert {code: int(count) for count, code, _ in rows} == {c: codes.count(c) for c in codes}
+    assert [int(count) for count, _, _ in rows] == sorted(
+        (int(count) for count, _, _ in rows), reverse=True)
+    assert ["AMP102", "backward pass scaled"] in [row[1:] for row in rows]
+    assert str(script) not in counted.output  # counts, not each finding
+
+
+def test_the_output_file_holds_the_report_and_the_exit_status_stays(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(_FP32_TRAINING)
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["--check", "--output-format", "json", "-o", str(report),
+                                       str(script)])
+    assert result.exit_code == 1 and result.output == ""
+    assert json.loads(report.read_text())["files"][0]["status"] == "would be rewritten"
+    text = tmp_path / "report.txt"
+    CliRunner().invoke(main, ["--check", "--output-file", str(text), str(script)])
+    assert f"{script}:8:5: AMP102" in text.read_text() and "would be rewritten" in (
+        text.read_text())

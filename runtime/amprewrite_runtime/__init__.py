@@ -32,6 +32,9 @@ from amprewrite_runtime.policy import (
 )
 from amprewrite_runtime.reproducibility import enable_reproducibility
 from amprewrite_runtime.scaler import GradScaler
+from amprewrite_runtime.trace import seed_from_environment
+
+seed_from_environment()  # `amprewrite compare`'s two runs start alike (AMPREWRITE_SEED)
 
 __all__ = [
     "GradScaler",

@@ -6,6 +6,9 @@
   distributed training, rank 0 writes them.
 - `AMPREWRITE_MAX_STEPS=N` ends the run cleanly (`SystemExit(0)` from `GradScaler.update()`)
   once N optimizer steps were taken.
+- `AMPREWRITE_SEED=N` seeds Python's `random`, NumPy (where installed) and torch when the
+  runtime is imported (`seed_from_environment`), before the script builds its model: the
+  two runs of `amprewrite compare` start alike.
 
 An iteration runs from one `update()` to the next (the first starts at the first `scale()`).
 `loss` is the last loss passed to `scale()` before the step (unscaled; null when it was not a
@@ -37,6 +40,7 @@ import torch
 
 ENV_TRACE = "AMPREWRITE_TRACE"
 ENV_MAX_STEPS = "AMPREWRITE_MAX_STEPS"
+ENV_SEED = "AMPREWRITE_SEED"
 
 
 @dataclass(frozen=True)
@@ -187,3 +191,25 @@ def _max_steps() -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{ENV_MAX_STEPS}={value!r} is not valid; use a positive integer")
     return int(value)
+
+
+def seed_from_environment() -> int | None:
+    """Seed Python's `random`, NumPy (where installed) and torch with `AMPREWRITE_SEED`, where
+    it is set; the seed, else None."""
+    value = os.environ.get(ENV_SEED)
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ValueError(f"{ENV_SEED}={value!r} is not valid; use a non-negative integer")
+    seed = int(value)
+    import random
+
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        numpy.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return seed
