@@ -16,7 +16,7 @@ import click
 from amprewrite import __version__
 from amprewrite.catalog import Severity
 from amprewrite.config import ConfigError, find_pyproject, read_config
-from amprewrite.discovery import DEFAULT_INCLUDE, Problem, Target, find_targets
+from amprewrite.discovery import DEFAULT_INCLUDE, Problem, Target, find_targets, forced_out
 from amprewrite.fileio import resolved
 from amprewrite.filters import keep_findings
 from amprewrite.findings import Finding
@@ -76,7 +76,8 @@ def _explain(ctx: click.Context, parameter: click.Parameter, value: str | None) 
               help="Also apply the lint fixes the protocol check cannot confirm (a site no path "
                    "it can see reaches); by default they are reported, not applied.")
 @click.option("--stdin-filename", default=STDIN, metavar="NAME",
-              help="Name shown for `-` in findings and diffs.")
+              help="The path `-` stands for: shown in findings and diffs; the configuration "
+                   "is found from it, and --force-exclude applies to it.")
 @click.option("--include", default=DEFAULT_INCLUDE, show_default=True, metavar="REGEX",
               help="Files a directory walk takes: Python sources and Jupyter notebooks.")
 @click.option("--exclude", default=None, metavar="REGEX",
@@ -163,13 +164,17 @@ def main(
         options = Options(settings["opt_level"], settings["dtype"], settings["plain"],
                           settings["keep_batchnorm_fp32"], settings["master_weights"],
                           settings["loss_scale"], reproducible=settings["reproducible"],
-                          seed=settings["seed"], line_length=_line_length(paths),
+                          seed=settings["seed"],
+                          line_length=_line_length(_named(paths, stdin_filename)),
                           unsafe_fixes=settings["unsafe_fixes"])
         _refuse_bad_usage(paths, options, quiet and verbose)
         verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
         write = not (check or show_diff)
-        outcomes = [_stdin(stdin_filename, options, write)] if STDIN in paths else []
         excludes = _patterns(settings["exclude"], settings["extend_exclude"])
+        stdin_excluded = settings["force_exclude"] and stdin_filename != STDIN and forced_out(
+            Path(stdin_filename), root, excludes)
+        outcomes = [_stdin(stdin_filename, options, write, stdin_excluded)] if (
+            STDIN in paths) else []
         [include] = _patterns(settings["include"] or DEFAULT_INCLUDE)
         found = find_targets([Path(path) for path in paths if path != STDIN], excludes,
                              root if settings["force_exclude"] else None, include)
@@ -358,7 +363,7 @@ def _settings(
     matches named paths against."""
     settings = {name: ctx.params[name] for name in _CONFIGURABLE}
     try:
-        pyproject = config_path or find_pyproject([Path(p) for p in paths if p != STDIN])
+        pyproject = config_path or find_pyproject(_named(paths, ctx.params["stdin_filename"]))
         config = read_config(pyproject) if pyproject is not None else {}
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
@@ -376,10 +381,19 @@ def _settings(
     return settings, pyproject.parent if pyproject is not None else Path.cwd()
 
 
-def _line_length(paths: tuple[str, ...]) -> int | None:
+def _line_length(paths: list[Path]) -> int | None:
     from amprewrite.line_length import configured_line_length  # reads files: only here
 
-    return configured_line_length([Path(p) for p in paths if p != STDIN])
+    return configured_line_length(paths)
+
+
+def _named(paths: tuple[str, ...], stdin_filename: str) -> list[Path]:
+    """The paths the configuration is found from: those named, and the one standard input
+    stands for (`--stdin-filename`), as black and ruff find it."""
+    named = [Path(p) for p in paths if p != STDIN]
+    if STDIN in paths and stdin_filename != STDIN:
+        named.append(Path(stdin_filename))
+    return named
 
 
 def _patterns(*patterns: str | None) -> tuple[re.Pattern[str], ...]:
@@ -403,10 +417,12 @@ def _refuse_bad_usage(paths: tuple[str, ...], options: Options, quiet_and_verbos
         raise click.UsageError(f"no such file or directory: {', '.join(map(repr, missing))}")
 
 
-def _stdin(name: str, options: Options, write: bool) -> FileOutcome:
-    """Standard input to standard output: the whole source, changed or not (like black)."""
+def _stdin(name: str, options: Options, write: bool, excluded: bool) -> FileOutcome:
+    """Standard input to standard output: the whole source, changed or not (like black); as
+    it was where its name is excluded (`--force-exclude`: an editor's format-on-save)."""
     source = sys.stdin.buffer.read()
-    outcome = process_source(name, source, options, explicit=True)
+    outcome = FileOutcome(name, Status.UNCHANGED, [], source, source) if excluded else (
+        process_source(name, source, options, explicit=True))
     if write:
         sys.stdout.buffer.write(outcome.after)
         sys.stdout.buffer.flush()

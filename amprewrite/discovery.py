@@ -105,7 +105,7 @@ def find_targets(
     excluded = 0
     problems: list[Problem] = []
     for path in paths:
-        if force_exclude_root is not None and _forced_out(path, force_exclude_root, excludes):
+        if force_exclude_root is not None and forced_out(path, force_exclude_root, excludes):
             excluded += 1
             continue
         walked = path.is_dir()
@@ -124,9 +124,10 @@ def find_targets(
     return Discovery(list(found.values()), excluded, problems)
 
 
-def _forced_out(path: Path, root: Path, excludes: tuple[re.Pattern[str], ...]) -> bool:
-    """Whether an explicitly named path matches `excludes`, taken relative to `root` (or
-    absolute when outside it), with a leading `/` and a trailing one for a directory."""
+def forced_out(path: Path, root: Path, excludes: tuple[re.Pattern[str], ...]) -> bool:
+    """Whether an explicitly named path (or the name `--stdin-filename` gives standard input)
+    matches `excludes`, taken relative to `root` (or absolute when outside it), with a leading
+    `/` and a trailing one for a directory."""
     real = resolved(path)
     try:
         shown = "/" + real.relative_to(resolved(root)).as_posix()

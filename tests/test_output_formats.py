@@ -138,3 +138,40 @@ def test_the_output_file_holds_the_report_and_the_exit_status_stays(tmp_path: Pa
     CliRunner().invoke(main, ["--check", "--output-file", str(text), str(script)])
     assert f"{script}:8:5: AMP102" in text.read_text() and "would be rewritten" in (
         text.read_text())
+
+
+def _project(tmp_path: Path, table: str) -> Path:
+    """A project with its own [tool.amprewrite] (and a .git, where the lookup stops)."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "src").mkdir()
+    (project / "pyproject.toml").write_text(f"[tool.amprewrite]\n{table}\n")
+    return project
+
+
+def test_the_stdin_filename_finds_the_configuration_from_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _project(tmp_path, "plain = true")
+    monkeypatch.chdir(tmp_path)  # elsewhere: the config is found from the name, not from here
+    name = str(project / "src" / "train.py")
+    result = CliRunner().invoke(main, ["--stdin-filename", name, "-"], input=_FP32_TRAINING)
+    assert result.exit_code == 1, result.output
+    assert "torch.amp.GradScaler" in result.stdout  # --plain, from the project's config
+    assert "amprewrite_runtime" not in result.stdout
+
+
+def test_force_exclude_passes_an_excluded_stdin_filename_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _project(tmp_path, 'extend-exclude = "/legacy/"\nforce-exclude = true')
+    monkeypatch.chdir(tmp_path)
+    (project / "legacy").mkdir()
+    excluded = str(project / "legacy" / "train.py")
+    kept = CliRunner().invoke(main, ["--stdin-filename", excluded, "-"], input=_FP32_TRAINING)
+    assert kept.exit_code == 0, kept.output
+    assert kept.stdout == _FP32_TRAINING  # as it was: a format-on-save changes nothing
+    included = str(project / "src" / "train.py")
+    rewritten = CliRunner().invoke(main, ["--stdin-filename", included, "-"],
+                                   input=_FP32_TRAINING)
+    assert rewritten.exit_code == 1 and "scaler.scale(loss).backward()" in rewritten.stdout
