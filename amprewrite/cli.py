@@ -218,7 +218,7 @@ def _report(
 
 @contextlib.contextmanager
 def report_to(path: Path | None) -> Iterator[None]:
-    """Everything printed in the block goes to `path` (uncoloured), where one is given."""
+    """Everything printed in the block goes to `path`, where one is given."""
     if path is None:
         yield
         return

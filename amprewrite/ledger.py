@@ -345,9 +345,8 @@ def changed_lines(before: bytes, after: bytes) -> set[int]:
         for line_tag, a1, a2, _b1, _b2 in lines.get_opcodes():
             if line_tag in ("replace", "delete"):
                 changed.update(range(start + a1 + 1, start + a2 + 1))
-            elif line_tag == "insert":
-                changed.add(start + a1)  # the line the insertion follows (a step whose update
-                # comes after)
+            elif line_tag == "insert":  # the line it follows (a step whose update comes after)
+                changed.add(start + a1)
     return changed
 
 

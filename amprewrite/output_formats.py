@@ -56,17 +56,22 @@ def print_github(outcomes: list[FileOutcome], would: bool, err: bool = False) ->
     message prefixed `cell 5:3:1: `."""
     for outcome in outcomes:
         for f in outcome.findings:
-            message = _escaped(f.message)
-            if isinstance(f, CellFinding):
-                line, col = f.file_line, 1
-                message = f"cell {f.cell}:{f.line}:{f.col}: {message}"
-            else:
-                line, col = f.line, f.col
+            line, col, message = _located(f)
+            message = _escaped(message)
             title = declared_code(f.code)
             heading = f"{f.code} {title.title}" if title is not None else f.code
             click.echo(f"::{github_level(f.severity, would)} file={_property(outcome.path)},"
                        f"line={line},col={col},endLine={line},endColumn={col},"
                        f"title={_property(heading)}::{message}", err=err)
+
+
+def _located(finding: Finding) -> tuple[int, int, str]:
+    """Where a finding is shown in its file, and its message: a notebook cell's on the line of
+    the .ipynb file that shows it, its message prefixed `cell 5:3:1: `."""
+    if isinstance(finding, CellFinding):
+        return (finding.file_line, 1,
+                f"cell {finding.cell}:{finding.line}:{finding.col}: {finding.message}")
+    return finding.line, finding.col, finding.message
 
 
 def github_level(severity: Severity, would: bool) -> str:
@@ -97,14 +102,13 @@ def print_sarif(outcomes: list[FileOutcome], would: bool, err: bool = False) -> 
     findings = [(outcome, f) for outcome in outcomes for f in outcome.findings]
     codes = sorted({f.code for _, f in findings})
     rules = [_sarif_rule(code) for code in codes]
+    index = {code: i for i, code in enumerate(codes)}
     results = []
     for outcome, f in findings:
         level = github_level(f.severity, would)
-        line, col = (f.file_line, 1) if isinstance(f, CellFinding) else (f.line, f.col)
-        message = f"cell {f.cell}:{f.line}:{f.col}: {f.message}" if isinstance(
-            f, CellFinding) else f.message
+        line, col, message = _located(f)
         results.append({
-            "ruleId": f.code, "ruleIndex": codes.index(f.code),
+            "ruleId": f.code, "ruleIndex": index[f.code],
             "level": "note" if level == "notice" else level,
             "message": {"text": message},
             "locations": [{"physicalLocation": {

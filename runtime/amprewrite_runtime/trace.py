@@ -38,6 +38,8 @@ from typing import IO, Any
 
 import torch
 
+from amprewrite_runtime.data.seeding import seed_everything
+
 ENV_TRACE = "AMPREWRITE_TRACE"
 ENV_MAX_STEPS = "AMPREWRITE_MAX_STEPS"
 ENV_SEED = "AMPREWRITE_SEED"
@@ -194,22 +196,12 @@ def _max_steps() -> int | None:
 
 
 def seed_from_environment() -> int | None:
-    """Seed Python's `random`, NumPy (where installed) and torch with `AMPREWRITE_SEED`, where
-    it is set; the seed, else None."""
+    """Seed every RNG (`seed_everything`) with `AMPREWRITE_SEED`, where it is set; the seed,
+    else None."""
     value = os.environ.get(ENV_SEED)
     if not value:
         return None
     if not value.isdigit():
         raise ValueError(f"{ENV_SEED}={value!r} is not valid; use a non-negative integer")
-    seed = int(value)
-    import random
-
-    random.seed(seed)
-    try:
-        import numpy
-    except ImportError:
-        pass
-    else:
-        numpy.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    return seed
+    seed_everything(int(value))
+    return int(value)
