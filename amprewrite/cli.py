@@ -39,6 +39,7 @@ from amprewrite.report import (
 )
 from amprewrite.runner import FileOutcome, Status, is_notebook, process_source
 from amprewrite.streams import STDIN, colour, report_on_stderr
+from amprewrite.suppressions import per_file_ignores
 from amprewrite.usage_checks import UsageProblem, check_settings, code_prefixes
 
 
@@ -166,7 +167,11 @@ def main(
                           settings["loss_scale"], reproducible=settings["reproducible"],
                           seed=settings["seed"],
                           line_length=_line_length(_named(paths, stdin_filename)),
-                          unsafe_fixes=settings["unsafe_fixes"])
+                          unsafe_fixes=settings["unsafe_fixes"],
+                          select=code_prefixes(settings["select"]),
+                          ignore=code_prefixes(settings["ignore"]),
+                          per_file_ignores=per_file_ignores(settings["per_file_ignores"],
+                                                            resolved(root)))
         _refuse_bad_usage(paths, options, quiet and verbose)
         verbosity = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
         write = not (check or show_diff)
@@ -182,8 +187,7 @@ def main(
         linked, alone = _projects(found.targets, options, write, jobs)
         outcomes.extend(linked)
         outcomes.extend(_alone(alone, options, write, jobs, progress=output_format == "text"))
-        codes = code_prefixes(settings["select"]), code_prefixes(settings["ignore"])
-        outcomes = [in_reported_mood(keep_findings(outcome, *codes), not write)
+        outcomes = [in_reported_mood(keep_findings(outcome, options), not write)
                     for outcome in report_order(outcomes)]
         text = summary(outcomes, would=not write, excluded=found.excluded)
         err = report_on_stderr(paths, write) and output_file is None
@@ -372,6 +376,7 @@ def _settings(
     for name in from_config:
         value = config[name]
         settings[name] = ",".join(value) if isinstance(value, list) else value
+    settings["per_file_ignores"] = config.get("per_file_ignores", {})
     given = [name for name in settings if name in from_config
              or ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
     try:

@@ -19,7 +19,7 @@ KEYS = {
     "opt-level": str, "dtype": str, "plain": bool, "keep-batchnorm-fp32": bool,
     "master-weights": bool, "loss-scale": (str, int, float), "reproducible": bool, "seed": int,
     "include": str, "exclude": str, "extend-exclude": str, "force-exclude": bool,
-    "select": list, "ignore": list, "unsafe-fixes": bool,
+    "select": list, "ignore": list, "unsafe-fixes": bool, "per-file-ignores": dict,
 }
 
 
@@ -68,12 +68,13 @@ def read_config(pyproject: Path) -> dict[str, Any]:
 
 
 _EXPECTED = {str: "a string", bool: "true or false", int: "an integer",
-             list: "a list of strings", (str, int, float): '"dynamic" or a number'}
+             list: "a list of strings", (str, int, float): '"dynamic" or a number',
+             dict: "a table of lists of codes"}
 _EXAMPLES = {"opt-level": '"O1"', "dtype": '"bfloat16"', "plain": "true",
              "keep-batchnorm-fp32": "true", "master-weights": "true", "loss-scale": '"dynamic"',
              "reproducible": "true", "seed": "0", "include": "'\\.py$'", "exclude": '"/legacy/"',
              "extend-exclude": '"/gen/"', "force-exclude": "true", "select": '["AMP1"]',
-             "ignore": '["AMP106"]'}
+             "ignore": '["AMP106"]', "per-file-ignores": '{ "legacy/*.py" = ["AMP"] }'}
 _CHOICES = {"opt-level": OPT_LEVELS, "dtype": DTYPES}
 _PATTERNS = ("include", "exclude", "extend-exclude")
 
@@ -83,7 +84,10 @@ def _value_problem(key: str, value: object) -> str | None:
     nothing."""
     expected = KEYS[key]
     wrong = (not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))
-             or (expected is list and not all(isinstance(item, str) for item in value)))
+             or (expected is list and not all(isinstance(item, str) for item in value))
+             or (expected is dict and not all(
+                 isinstance(codes, list) and all(isinstance(c, str) for c in codes)
+                 for codes in value.values())))
     if wrong:
         return (f"expected {_EXPECTED[expected]}, got {_toml(value)}; "
                 f"write e.g. {key} = {_EXAMPLES[key]}")

@@ -6,7 +6,7 @@ import ast
 import io
 import re
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -14,7 +14,7 @@ import libcst as cst
 
 from amprewrite.analysis import ModuleAnalysis, analyse
 from amprewrite.analysis.training_step import Note
-from amprewrite.catalog import SKIP, declare
+from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.codegen import Layout, locate, render_module
 from amprewrite.findings import (
     ALREADY_MIXED_PRECISION,
@@ -29,8 +29,10 @@ from amprewrite.options import Options, validate
 from amprewrite.recipes import choose
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.migrate_apex import migration_refused
+from amprewrite.steering import WITHHELD, Steering, Withheld, steer, steering
+from amprewrite.suppressions import LineCodes, line_codes
 from amprewrite.transform import Plan, apply_edits
-from amprewrite.verification import edit_sites, statements_to_locate, verify
+from amprewrite.verification import EditSite, edit_sites, statements_to_locate, verify
 
 # The text pre-filter: a file that mentions none of these words cannot hold a training step
 # amprewrite would rewrite (or AMP it wrote, for O0 to take out), so it is reported AMP001
@@ -53,6 +55,7 @@ class RewriteResult:
     findings: list[Finding] = field(default_factory=list)
     changed: bool = False
     own_amp: bool = False  # the author's or a framework's precision is kept (`owns_precision`)
+    withheld: str | None = None  # why edits were withheld (`steering.Withheld.reason`)
 
 
 class RewriteError(Exception):
@@ -114,7 +117,7 @@ def accounted(
         cut -= 1
     lines = sorted([*findings[:cut], *extra], key=lambda f: (f.line, f.col, f.code))
     return RewriteResult(result.source, [*lines, *findings[cut:]], result.changed,
-                         result.own_amp)
+                         result.own_amp, result.withheld)
 
 
 def _too_deep() -> Finding:
@@ -139,38 +142,46 @@ def _rewrite(source: bytes, options: Options) -> tuple[RewriteResult, ast.Module
 
 def _run(
     module: cst.Module, source: bytes, options: Options, carried: tuple[str, ...] | None,
-    tree: ast.Module | None = None,
+    tree: ast.Module | None = None, comments: LineCodes | None = None,
 ) -> RewriteResult:
     """Analyse `module` (parsed from, or rendered as, `source`; its `ast` tree, where there is
     one), run the recipe that applies, and carry out its plan; `carried` is the scaler
-    arguments a migration found."""
-    return rewrite_analysed(analyse(module, scaler_arguments=carried, source=source), source,
-                            options, tree)
+    arguments a migration found, `comments` the suppressions of the text it migrated."""
+    return rewrite_analysed(analysis=analyse(module, scaler_arguments=carried, source=source),
+                            source=source, options=options, tree=tree, comments=comments)
 
 
 def rewrite_analysed(
-    analysis: ModuleAnalysis, source: bytes, options: Options, tree: ast.Module | None = None
+    analysis: ModuleAnalysis, source: bytes, options: Options, tree: ast.Module | None = None,
+    comments: LineCodes | None = None,
 ) -> RewriteResult:
     """Run the recipe that applies to an analysed module (parsed from `source`, and as `tree`
     by CPython where the caller has that) and carry out its plan: a project's modules come
-    here with their links."""
+    here with their links. `comments`: the suppression comments by line, where they are not
+    `source`'s own (a migration's result: the comments of the lines it replaced)."""
     module = analysis.facts.module
     recipe = choose(analysis, options)
     ctx = recipe.context(analysis, options)
+    chosen = steering(options, source, comments)
     for rule in recipe.rules:
-        rule.plan(ctx, analysis)
+        if chosen is None:
+            rule.plan(ctx, analysis)
+        else:
+            with chosen.rule(ctx):
+                rule.plan(ctx, analysis)
     if recipe.finish is not None:
         recipe.finish(ctx, analysis)
     if recipe.rewrites_result is not None and recipe.rewrites_result(options):
-        return _then_rewrite(module, source, ctx, options, recipe.result_goes_fp32, tree)
-    result = _apply(module, source, ctx, tree)
+        return _then_rewrite(module, source, ctx, options, recipe.result_goes_fp32, tree,
+                             chosen)
+    result = _apply(module, source, ctx, tree, chosen)
     result.own_amp = recipe.owns_precision
     return result
 
 
 def _then_rewrite(
     module: cst.Module, source: bytes, ctx: RuleContext, options: Options,
-    goes_fp32: bool = False, tree: ast.Module | None = None,
+    goes_fp32: bool = False, tree: ast.Module | None = None, chosen: Steering | None = None,
 ) -> RewriteResult:
     """A migration's plan carried out on the tree, whose result the rewrite (or the lint)
     then analyses as it is, without parsing its text again; every finding on a line of the
@@ -179,55 +190,112 @@ def _then_rewrite(
     file's precision stays its author's (a torch scaler of theirs beside the apex code, so the
     lint, not the rewrite, reads the result), apex would be gone with nothing in its place,
     and the file is left as written (AMP413)."""
-    sites = edit_sites(ctx.plan, ctx.facts)
-    layout = locate(module, [*(note.node for note in ctx.notes), *statements_to_locate(sites)])
+    layout, sites, withheld = _laid_out(module, ctx, chosen)
+    if withheld is not None and not ctx.plan:
+        return _nothing_made(module, source, ctx, withheld)
     rendered: list[tuple[Plan, cst.Module]] = []
 
     def render(plan: Plan) -> tuple[bytes, ast.Module | None]:
         rendered.append((plan, apply_edits(module, plan, ctx.facts.statements_around)))
         return render_module(rendered[-1][1], module, layout, source), None
 
-    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render, tree)
+    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render, tree,
+                     _reason(withheld))
     text = checked.source
+    first = [*_findings(layout, checked.notes), *_held(withheld), *checked.rejections,
+             *ctx.file_findings]
     if checked.rejections:  # what the migration kept is the result: no second phase
-        findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings]
+        findings = first
         findings.sort(key=lambda f: (f.line, f.col, f.code))
-        return RewriteResult(text, findings, text != source)
+        return RewriteResult(text, findings, text != source, withheld=_reason(withheld))
     migrated = rendered[-1][1] if rendered[-1][0] is checked.plan else module
-    second = _run(migrated, text, ctx.next_options or options, ctx.scaler_arguments)
+    to_original = line_map(text, source)
+    second = _run(migrated, text, ctx.next_options or options, ctx.scaler_arguments,
+                  comments=_traced(line_codes(source), text, to_original))
     if goes_fp32 and second.own_amp:
         refused = [*_locate(module, migration_refused(ctx)), *ctx.file_findings]
         return RewriteResult(source, refused, False, True)
+    if goes_fp32 and second.withheld is not None:  # apex out, its native AMP not all made
+        return RewriteResult(source, [Finding(WITHHELD, 1, 1, (
+            f"edits withheld: once {second.withheld}, the native mixed precision replacing "
+            "apex's would not be complete; apex is kept as written"))],
+            withheld=second.withheld)
     if second.source == text != source:  # the second phase compiled what it changed itself
         _check_compiles(text)
-    to_original = line_map(text, source)
-    findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings] + [
+    findings = first + [
         Finding(f.code, to_original(f.line), f.col, f.message)
         for f in second.findings if f.code not in (NOTHING_TO_DO, ALREADY_MIXED_PRECISION)
     ]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
-    return RewriteResult(second.source, findings, second.source != source, second.own_amp)
+    return RewriteResult(second.source, findings, second.source != source, second.own_amp,
+                         _reason(withheld) or second.withheld)
 
 
 def _apply(
-    module: cst.Module, source: bytes, ctx: RuleContext, tree: ast.Module | None = None
+    module: cst.Module, source: bytes, ctx: RuleContext, tree: ast.Module | None = None,
+    chosen: Steering | None = None,
 ) -> RewriteResult:
-    """Carry out the plan, render the result, verify it (`verification`: what breaks the
-    protocol is undone), and report the notes as findings."""
+    """Carry out the plan (less what the user's selection withholds, `steering`), render the
+    result, verify it (`verification`: what breaks the protocol is undone), and report the
+    notes as findings."""
     if not ctx.plan:  # nothing to render: only the findings' positions are needed
         return RewriteResult(source, [*_locate(module, ctx.notes), *ctx.file_findings])
-    sites = edit_sites(ctx.plan, ctx.facts)
-    layout = locate(module, [*(note.node for note in ctx.notes), *statements_to_locate(sites)])
+    layout, sites, withheld = _laid_out(module, ctx, chosen)
+    if withheld is not None and not ctx.plan:
+        return _nothing_made(module, source, ctx, withheld)
 
     def render(plan: Plan) -> tuple[bytes, ast.Module | None]:
         new_module = apply_edits(module, plan, ctx.facts.statements_around)
         new_source = render_module(new_module, module, layout, source)
         return new_source, _check_compiles(new_source) if new_source != source else None
 
-    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render, tree)
-    findings = [*_findings(layout, checked.notes), *checked.rejections, *ctx.file_findings]
+    checked = verify(source, module, ctx.plan, ctx.notes, ctx.facts, sites, layout, render, tree,
+                     _reason(withheld))
+    findings = [*_findings(layout, checked.notes), *_held(withheld), *checked.rejections,
+                *ctx.file_findings]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
-    return RewriteResult(checked.source, findings, checked.source != source)
+    return RewriteResult(checked.source, findings, checked.source != source,
+                         withheld=_reason(withheld))
+
+
+def _laid_out(
+    module: cst.Module, ctx: RuleContext, chosen: Steering | None
+) -> tuple[Layout, list[EditSite], Withheld | None]:
+    """Where the notes and the edited statements are, the plan's edit sites once the user's
+    selection has withheld its edits (taken out of `ctx.plan`), and what it withheld."""
+    sites = edit_sites(ctx.plan, ctx.facts)
+    layout = locate(module, [*(note.node for note in ctx.notes), *statements_to_locate(sites)])
+    withheld = None if chosen is None else steer(ctx, chosen, layout)
+    if withheld is not None:
+        sites = edit_sites(ctx.plan, ctx.facts)
+        ctx.notes = [note for note in ctx.notes if id(note) not in withheld.notes]
+    return layout, sites, withheld
+
+
+def _nothing_made(
+    module: cst.Module, source: bytes, ctx: RuleContext, withheld: Withheld
+) -> RewriteResult:
+    """Every edit withheld: the file as it was, with the notes of what was not made."""
+    findings = [*_locate(module, [n for n in ctx.notes if n.code.severity is not CHANGE]),
+                *withheld.findings, *ctx.file_findings]
+    findings.sort(key=lambda f: (f.line, f.col, f.code))
+    return RewriteResult(source, findings, withheld=withheld.reason)
+
+
+def _traced(comments: LineCodes, text: bytes, to_original: Callable[[int], int]) -> LineCodes:
+    """The suppression comments of an original, at the lines of `text` traced to theirs."""
+    if not comments:
+        return {}
+    return {line: comments[to_original(line)] for line in range(1, text.count(b"\n") + 2)
+            if to_original(line) in comments}
+
+
+def _held(withheld: Withheld | None) -> list[Finding]:
+    return [] if withheld is None else withheld.findings
+
+
+def _reason(withheld: Withheld | None) -> str | None:
+    return None if withheld is None else withheld.reason
 
 
 def _check_decodes(source: bytes) -> None:

@@ -276,7 +276,7 @@ def generic_findings(sites: list[Site], findings: list[Finding]) -> list[Finding
     the module level's) training step alone, else one that left another step of the file
     alone, where there is one."""
     skips = [f for f in findings if f.severity is Severity.SKIP  # a step's refusal
-             and f.message.endswith(("left unchanged", "as written"))]
+             and f.message.endswith(("left unchanged", "as written", "is not written"))]
     spans = _function_spans(sites)
 
     def scope_of(line: int) -> tuple[int, int]:

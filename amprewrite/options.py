@@ -26,6 +26,12 @@ class Options:
     project_amp: str | None = None
     # lint fixes the protocol check cannot confirm are applied too (ruff's --unsafe-fixes)
     unsafe_fixes: bool = False
+    # the codes whose findings are reported and whose edits are made (`--select`/`--ignore`,
+    # code prefixes), and `per-file-ignores` (`suppressions.PerFileIgnores`), which
+    # `suppressions.options_for` folds into `ignore` for each file
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def casts_model(self) -> bool:

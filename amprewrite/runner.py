@@ -24,6 +24,7 @@ from amprewrite.fileio import (
 )
 from amprewrite.findings import CANNOT_PROCESS, Finding
 from amprewrite.options import Options
+from amprewrite.suppressions import options_for
 
 if TYPE_CHECKING:
     from amprewrite.notebook_cells import NotebookCells
@@ -58,6 +59,7 @@ def is_notebook(path: str) -> bool:
 def process_source(path: str, source: bytes, options: Options, explicit: bool) -> FileOutcome:
     """Rewrite `source` in memory (`after` is `source` itself unless it changed); a notebook
     when `path` names one."""
+    options = options_for(options, path)
     if is_notebook(path):
         return _process_notebook(path, source, options, explicit)
     from amprewrite import engine

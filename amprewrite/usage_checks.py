@@ -37,6 +37,12 @@ def check_settings(
             problem = unknown_code(prefix)
             if problem is not None:
                 raise UsageProblem(f"{name(setting)}: {problem}")
+    for pattern, codes in settings.get("per_file_ignores", {}).items():
+        for prefix in codes:
+            problem = unknown_code(prefix)
+            if problem is not None:
+                raise UsageProblem(f"per-file-ignores {pattern!r} in [tool.amprewrite] of "
+                                   f"{config}: {problem}")
 
 
 def code_prefixes(value: str | None) -> tuple[str, ...]:

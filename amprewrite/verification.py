@@ -19,11 +19,13 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, Code
 from amprewrite.codegen import Layout, render
 from amprewrite.findings import Finding
+from amprewrite.leftovers import same_program, unused_added_imports, without_imports
 from amprewrite.line_map import line_map
 from amprewrite.protocol.check import violations
 from amprewrite.protocol.invariants import CODE_CHANGED_ELSEWHERE, NAME_UNBOUND, Violation
 from amprewrite.protocol.names import unbound_names
 from amprewrite.protocol.unchanged import Edited, TopLevel, changed_outside
+from amprewrite.steering import WITHHELD
 from amprewrite.transform import Insert, InsertAfterSmall, Plan, Replace, Wrap
 
 Edit = Replace | Wrap | Insert | InsertAfterSmall
@@ -142,29 +144,53 @@ def verify(
     source: bytes, module: cst.Module, ctx_plan: Plan, notes: list[Note], facts: ModuleFacts,
     sites: list[EditSite], layout: Layout,
     render: Callable[[Plan], tuple[bytes, ast.Module | None]], tree: ast.Module | None = None,
+    withheld: str | None = None,
 ) -> Verified:
     """Render `ctx_plan` (`render` gives the text and, where it parsed it, its `ast` tree),
     check the result against `source` (parsed as `tree`, where the caller has it), and undo
-    what breaks."""
+    what breaks. `withheld`: why the plan lacks edits the user's selection left out
+    (`steering`); what breaks is then reported as depending on them (AMP012)."""
     before = _Input(source, module, layout, tree)
     plan, kept = ctx_plan, sites
     rejections: list[Finding] = []
     undone: set[str] = set()
-    for _ in range(MAX_ROUNDS):
+    pruned = False
+    for _ in range(MAX_ROUNDS + 1):
         output, tree = render(plan)
         problems = _problems(before, output, tree, module.encoding, kept, layout)
         if not problems:
-            if _scaler_left_unused(source, output, undone):
+            if _scaler_left_unused(source, output, undone if withheld is None else {""}):
+                if withheld is not None and not rejections:
+                    rejections.append(Finding(WITHHELD, 1, 1, (
+                        f"the grad scaler the rewrite creates would scale nothing once "
+                        f"{withheld}; file left unchanged")))
                 break  # its creation and import serve the rest too: they cannot be separated
+            if undone or withheld is not None:  # what is left may not need all it imports
+                tree = tree if tree is not None else ast.parse(output)
+                if same_program(tree, before.tree):
+                    break
+                unused = set() if pruned else unused_added_imports(tree, before.tree)
+                if unused:
+                    kept, pruned = without_imports(kept, unused), True
+                    plan = _plan_of(kept)
+                    continue
             return Verified(output, plan, _holding(notes, facts, undone), rejections)
-        rejections += [Finding(p.code, p.line, p.col + 1, f"{p.message}; {_left(p.scope)}")
-                       for p in problems]
+        rejections += [_rejection(p, withheld) for p in problems]
         undone |= {p.scope for p in problems}
         kept = [site for site in kept if site.scope not in undone]
         plan = _plan_of(kept)
         if not plan:
             break
     return Verified(source, Plan(), _holding(notes, facts, None), _distinct(rejections))
+
+
+def _rejection(problem: _Problem, withheld: str | None) -> Finding:
+    if withheld is None:
+        return Finding(problem.code, problem.line, problem.col + 1,
+                       f"{problem.message}; {_left(problem.scope)}")
+    return Finding(WITHHELD, problem.line, problem.col + 1,
+                   f"edits withheld: once {withheld}, {problem.code} {problem.message}; "
+                   f"{_left(problem.scope)}")
 
 
 def _problems(

@@ -427,10 +427,15 @@ def test_inline_ignores_select_and_ignore_work_in_cells(tmp_path: Path) -> None:
                                 "ignore[AMP104]")
     path = tmp_path / "t.ipynb"
     path.write_bytes(_jupyter(_notebook(*cells)))
-    err = _run("--check", str(path))[2]
-    assert "AMP104" not in err and f"{path}:cell 3:8:5: AMP105" in err
-    err = _run("--check", "--select", "AMP10", "--ignore", "AMP105", str(path))[2]
-    assert "AMP100" in err and "AMP105" not in err
+    code, _, err = _run("--check", str(path))
+    assert ": AMP104 " not in err and code == 0  # not routed, so nothing else is made either
+    assert (f"{path}:cell 3:8:5: AMP012 edits withheld: once AMP104 is ignored at "
+            "`optimizer.step()`, AMP708") in err
+    path.write_bytes(_jupyter(_notebook(*TRAINING_CELLS)))
+    code, _, err = _run("--check", "--select", "AMP10", "--ignore", "AMP101", str(path))
+    assert code == 1 and "AMP100" in err and "AMP105" in err and "AMP101" not in err
+    diff = _run("--diff", "--select", "AMP10", "--ignore", "AMP101", str(path))[1]
+    assert "scaler.scale(loss).backward()" in diff and "autocast" not in diff
 
 
 def test_directory_walks_take_notebooks_unless_include_says_otherwise(tmp_path: Path) -> None:

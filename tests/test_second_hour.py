@@ -94,7 +94,7 @@ def test_meaningless_flags_are_usage_errors_with_the_fix(
 
 
 @pytest.mark.parametrize("flags", [["--seed", "3", "--reproducible"], ["--select", "AMP1"],
-                                   ["--ignore", "AMP102,AMP6"], ["--select", "AMP"]])
+                                   ["--ignore", "AMP101,AMP6"], ["--select", "AMP"]])
 def test_meaningful_flags_still_run(project: Path, flags: list[str]) -> None:
     assert _run("--check", *flags, "train.py")[0] == 1
 

@@ -30,6 +30,8 @@ from amprewrite.protocol.invariants import REJECTIONS
 from amprewrite.recipes import choose
 from amprewrite.rules.revert_to_fp32 import REVERT_WOULD_BREAK
 from amprewrite.runner import FileOutcome, Status, rewrite_failure, write_failure
+from amprewrite.steering import WITHHELD
+from amprewrite.suppressions import options_for
 
 NEEDS_UNNAMED_FILE = declare(
     "AMP450", ERROR, "the training step continues in a file that was not named",
@@ -193,15 +195,19 @@ def _carry_out(
 ) -> list[FileOutcome]:
     """Every named module of the group rewritten and compiled (written after, together)."""
     results: dict[Path, FileOutcome] = {}
+    withheld: dict[Path, str] = {}  # why a file's edits were withheld (`steering`)
     for module in modules:
         if module.path not in named:
             continue
         source = program.sources[module.path]
+        chosen = options_for(options, str(module.path))
         try:
             result = engine.accounted(
-                source, engine.rewrite_analysed(module.analysis, source, options), options)
+                source, engine.rewrite_analysed(module.analysis, source, chosen), chosen)
         except Exception as exc:
             return _blocked_by(program, group, named, module.path, rewrite_failure(exc))
+        if result.withheld is not None:
+            withheld[module.path] = result.withheld
         changed = result.changed and result.source != source
         results[module.path] = FileOutcome(
             module.shown, Status.CHANGED if changed else Status.UNCHANGED,
@@ -210,6 +216,8 @@ def _carry_out(
                 if any(f.code in REJECTIONS for f in outcome.findings)]
     if rejected:
         return _all_unchanged(program, results, rejected[0])
+    if withheld and len(results) > 1:
+        return _all_withheld(program, results, withheld)
     return list(results.values())
 
 
@@ -227,6 +235,26 @@ def _all_unchanged(
                                 f"{program.shown[rejected]}, which shares this file's training "
                                 "step, was rejected by the protocol check")]
         outcomes.append(FileOutcome(outcome.path, Status.UNCHANGED, findings, outcome.before,
+                                    outcome.before))
+    return outcomes
+
+
+def _all_withheld(
+    program: Program, results: dict[Path, FileOutcome], withheld: dict[Path, str]
+) -> list[FileOutcome]:
+    """A linked group with edits withheld in some file (its code ignored there): every file
+    left as it was, since no file's check sees the others' half of the training step."""
+    first, reason = next(iter(withheld.items()))
+    outcomes = []
+    for path, outcome in results.items():
+        kept = [f for f in outcome.findings if f.severity is not CHANGE]
+        why = (f"edits withheld: once {withheld[path]}, the linked files sharing this "
+               "training step cannot be rewritten without it; left unchanged"
+               if path in withheld else
+               f"edits withheld: once {reason} in {program.shown[first]}, which shares this "
+               "file's training step, it is not rewritten either; left unchanged")
+        outcomes.append(FileOutcome(outcome.path, Status.UNCHANGED,
+                                    [*kept, Finding(WITHHELD, 1, 1, why)], outcome.before,
                                     outcome.before))
     return outcomes
 
