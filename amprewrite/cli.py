@@ -152,7 +152,8 @@ def main(
 
     Exit status: 0 nothing to change, 1 files rewritten (or would be, with --check/--diff;
     with --check also an AMP mistake, a lint finding; 0 with --exit-zero), 2 usage error,
-    123 a file could not be read, parsed or written (or an internal error), 130 interrupted
+    123 a file could not be read, parsed or written (or an internal error; with --check
+    also a file abandoned over its time budget, AMP009), 130 interrupted
     (Ctrl-C), 141 standard output closed early (`| head`).
 
     `amprewrite compare -- python train.py` runs a rewritten script as FP32 and with AMP and

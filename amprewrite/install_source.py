@@ -9,6 +9,8 @@ repository URL at its commit, or a built wheel.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,35 @@ def requirement(direct_url: dict[str, Any] | None, cwd: Path, extra: str) -> str
     if vcs is not None:
         return f"amprewrite[{extra}] @ {vcs['vcs']}+{url}@{vcs['commit_id']}"
     if url.startswith("file:"):
-        return _local(Path(unquote(urlparse(url).path)), cwd, extra)
+        path = Path(unquote(urlparse(url).path))
+        clone = _pre_commit_clone(path)
+        if clone is not None:  # pre-commit's private cache: name the repository it cloned
+            return f"amprewrite[{extra}] @ git+{clone[0]}@{clone[1]}"
+        return _local(path, cwd, extra)
     return f"amprewrite[{extra}] @ {url}"
+
+
+def _pre_commit_clone(path: Path) -> tuple[str, str] | None:
+    """The repository URL and commit of a pre-commit hook's clone (`~/.cache/pre-commit/
+    repoXXXX`, or under `$PRE_COMMIT_HOME`), read from its git files; None for any other
+    directory."""
+    home = os.environ.get("PRE_COMMIT_HOME")
+    cache = path.parent
+    if not (cache.name == "pre-commit" or (home and cache == Path(home))):
+        return None
+    git = path / ".git"
+    try:
+        config = (git / "config").read_text(encoding="utf-8")
+        head = (git / "HEAD").read_text(encoding="utf-8").strip()
+        if head.startswith("ref: "):
+            head = (git / head[5:]).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    origin = re.search(r'\[remote "origin"\][^\[]*?^\s*url\s*=\s*(\S+)', config, re.M)
+    if origin is None or not re.fullmatch(r"[0-9a-f]{40}", head):
+        return None
+    url = origin[1]
+    return (f"file://{url}" if url.startswith("/") else url), head
 
 
 def _local(path: Path, cwd: Path, extra: str) -> str:

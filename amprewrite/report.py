@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from amprewrite.budget import OVER_TIME
 from amprewrite.catalog import Severity
 from amprewrite.code_index import lookup
 from amprewrite.findings import NOTHING_TO_DO, Finding
@@ -35,13 +36,16 @@ class Verbosity(enum.IntEnum):
 
 
 def exit_code(outcomes: Iterable[FileOutcome], exit_zero: bool, check: bool) -> int:
-    """123 when any file failed; else 1 when any file was rewritten (or would be, with
+    """123 when any file failed (or, with `check`, was abandoned over its time budget, AMP009);
+    else 1 when any file was rewritten (or would be, with
     --check/--diff), or, with `check`, holds an AMP mistake (a LINT finding; 0 with
     `exit_zero` either way); else 0."""
     outcomes = list(outcomes)
     statuses = {outcome.status for outcome in outcomes}
     if Status.FAILED in statuses:
         return EXIT_FAILED
+    if check and any(f.code == OVER_TIME for outcome in outcomes for f in outcome.findings):
+        return EXIT_FAILED  # a file the check gave up on is not a file it passed
     mistakes = check and any(f.severity is Severity.LINT
                              for outcome in outcomes for f in outcome.findings)
     if (Status.CHANGED in statuses or mistakes) and not exit_zero:

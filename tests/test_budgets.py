@@ -154,3 +154,18 @@ def test_a_project_group_past_its_budget_is_left_unchanged(
     assert result.exit_code == 0, result.output
     assert "AMP009 rewrite abandoned after 0.2 seconds of CPU time" in result.output
     assert {p.name: p.read_bytes() for p in work.glob("*.py")} == before
+
+
+def test_a_check_that_gives_up_on_a_file_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--check` exits 123 when it abandoned a file (it was not checked, so it did not pass);
+    a rewrite leaving the file as it was still exits 0."""
+    monkeypatch.setattr(budget, "SECONDS_PER_FILE", 0.2)
+    monkeypatch.setattr(engine, "rewrite_source", _slow_rewrite)
+    path = tmp_path / "train.py"
+    path.write_bytes(_training(b"model(x).sum()"))
+    checked = CliRunner().invoke(main, ["--check", str(path)])
+    assert checked.exit_code == 123 and "AMP009" in checked.output
+    assert CliRunner().invoke(main, ["--check", "--exit-zero", str(path)]).exit_code == 123
+    assert CliRunner().invoke(main, [str(path)]).exit_code == 0

@@ -72,6 +72,29 @@ def test_the_runtime_requirement_names_where_amprewrite_came_from(
     assert requirement(direct_url, Path("/home/me/amprewrite"), "runtime") == expected
 
 
+def test_under_a_pre_commit_hook_the_requirement_names_the_hooks_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pre-commit installs the hook from its private clone (`~/.cache/pre-commit/repoXXXX`):
+    the runtime is installed from the repository and commit that clone holds, not from it."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    for cache in (tmp_path / ".cache" / "pre-commit", tmp_path / "elsewhere"):
+        clone = cache / "repoab12cd"
+        (clone / ".git").mkdir(parents=True)
+        (clone / ".git" / "config").write_text(
+            '[core]\n\tbare = false\n[remote "origin"]\n\turl = https://example.org/a.git\n'
+            '\tfetch = +refs/heads/*:refs/remotes/origin/*\n')
+        (clone / ".git" / "HEAD").write_text(commit + "\n")
+    monkeypatch.setenv("PRE_COMMIT_HOME", str(tmp_path / "elsewhere"))
+    for cache in ("elsewhere", ".cache/pre-commit"):
+        url = {"url": f"file://{tmp_path}/{cache}/repoab12cd", "dir_info": {}}
+        assert requirement(url, tmp_path, "runtime") == (
+            f"amprewrite[runtime] @ git+https://example.org/a.git@{commit}")
+    monkeypatch.delenv("PRE_COMMIT_HOME")
+    url = {"url": f"file://{tmp_path}/elsewhere/repoab12cd", "dir_info": {}}
+    assert requirement(url, tmp_path, "runtime") == "./elsewhere/repoab12cd[runtime]"
+
+
 def test_a_clone_run_without_pip_records_installs_from_itself() -> None:
     """Run from its source tree (PYTHONPATH, no direct_url.json): the clone is the source."""
     assert requirement(None, ROOT, "runtime") == ".[runtime]"
@@ -96,3 +119,10 @@ def test_the_built_wheel_holds_the_codemod_the_runtime_and_the_extra(tmp_path: P
             assert f"{package.replace('.', '/')}/{module.name}" in names
     assert "Requires-Dist: torch>=2.4; extra == \"runtime\"" in metadata
     assert "Provides-Extra: runtime" in metadata and f"Version: {__version__}" in metadata
+
+
+def test_the_readme_pins_the_hooks_to_the_release_tag() -> None:
+    """pre-commit warns of a mutable `rev: main`; the README's configuration names the tag
+    of this version (`v<version>`, tagged on main as CHANGELOG.md says)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"    rev: v{__version__}  " in readme and "rev: main" not in readme
