@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from amprewrite.analysis.dtype import views
+from amprewrite.analysis.dtype.ops import ARRAY_LIBRARIES, NOT_TENSOR_ATTRIBUTES
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.forward import is_loss_call, is_model_call
 from amprewrite.analysis.kinds import KindTable
@@ -25,63 +27,12 @@ from amprewrite.analysis.training_step import Region
 from amprewrite.analysis.tree import children, descendants
 from amprewrite.analysis.unsafe_losses import unsafe_calls
 
-# Results that are never a low-precision floating tensor.
-_NOT_LOW_METHODS = frozenset({
-    "argmax", "argmin", "argsort", "long", "int", "bool", "byte", "short", "float", "double",
-    "item", "tolist", "numpy", "size", "dim", "numel", "eq", "ne", "lt", "gt", "le", "ge",
-    "nonzero", "isnan", "isinf", "isfinite", "all", "any", "state_dict", "parameters",
-})
-_NOT_LOW_TORCH = frozenset({
-    "argmax", "argmin", "argsort", "eq", "ne", "lt", "gt", "le", "ge", "isnan", "isinf",
-    "isfinite", "nonzero", "numel", "is_tensor", "no_grad", "device", "save", "tensor",
-    "as_tensor", "from_numpy", "randn", "rand", "randint", "zeros", "ones", "full", "empty",
-    "arange", "linspace", "manual_seed",
-})
-# Attributes of a tensor that are not tensors (any other attribute of a low-precision value,
-# `out.data` or a model output's `outputs.logits`, is low precision too).
-_NOT_TENSOR_ATTRIBUTES = frozenset({
-    "shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout",
-    "names", "is_leaf", "is_sparse", "itemsize", "nbytes",
-})
-# Index results of these are indices: `out.max(1)[1]`, `values, indices = out.topk(5)`.
-_VALUES_AND_INDICES = frozenset({"max", "min", "topk", "sort", "mode", "median", "kthvalue"})
-# Functions whose tensor inputs must share one dtype (outside autocast).
-_MIXING_TORCH = frozenset({
-    "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", "bilinear", "conv1d",
-    "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "scaled_dot_product_attention", "embedding",
-})
-# Functions with no low-precision kernels (`"cdist" not implemented for 'BFloat16'`, linalg's
-# "Low precision dtypes not supported") or whose tensor inputs must share one dtype although
-# they are not matmuls (`torch.dot`, `torch.lerp`, `F.grid_sample`): outside autocast, their
-# low-precision arguments become float32.
-_FLOAT32_TORCH = frozenset({
-    "cdist", "dot", "mv", "inner", "outer", "cross", "tensordot", "lerp", "addmv", "addbmm",
-    "chain_matmul", "quantile", "nanquantile", "svd", "pinverse", "inverse", "det", "logdet",
-    "slogdet", "cholesky", "qr", "lstsq", "polar", "complex", "grid_sample", "prelu",
-})
-_FLOAT32_MODULES = ("torch.linalg", "torch.fft")
-# In-place methods whose source must have the receiver's dtype (autocast or not), by the
-# source's position: `self (BFloat16) and source (Float) must have the same scalar type`.
-_SAME_DTYPE_SOURCE = {"index_add_": 2, "index_add": 2, "scatter_add_": 2, "scatter_add": 2,
-                      "index_copy_": 2, "index_copy": 2, "masked_scatter_": 1,
-                      "masked_scatter": 1, "index_put_": 1, "put_": 1, "lerp_": 0}
 # Why a value assigned to a parameter's `.data` takes its dtype.
 DATA_REPLACED = "an assignment to `.data`, which would change its dtype"
-# Methods whose result may be an integer tensor although the object is low precision
-# (`Categorical(logits=out).sample()`): casts of what they return leave integers alone.
-_MAYBE_INTEGER_METHODS = frozenset({"sample", "sample_n", "multinomial", "enumerate_support"})
-# Libraries whose functions (and the objects they build: a SummaryWriter, a wandb run) turn
-# tensor arguments into numpy arrays, which have no bfloat16: `np.asarray(out)`,
-# `roc_auc_score(y, probs)`, `plt.plot(pred)`, `writer.add_histogram("out", out)`.
-_ARRAY_LIBRARIES = (
-    "numpy", "scipy", "sklearn", "matplotlib", "pandas", "seaborn", "PIL", "cv2", "imageio",
-    "skimage", "wandb", "mlflow", "tensorboardX", "torch.utils.tensorboard", "visdom",
-)
 
 
 def _in_array_library(resolved: str) -> bool:
-    return any(resolved == lib or resolved.startswith(lib + ".") for lib in _ARRAY_LIBRARIES)
+    return any(resolved == lib or resolved.startswith(lib + ".") for lib in ARRAY_LIBRARIES)
 
 
 @dataclass(frozen=True)
@@ -394,7 +345,7 @@ class _Scope:
         tensor (a sample), whatever `value` shows."""
         if type(target) in (cst.Tuple, cst.List):
             parts = _elements(value) if value is not None else None
-            unpacks_indices = type(value) is cst.Call and _method(value) in _VALUES_AND_INDICES
+            unpacks_indices = type(value) is cst.Call and views.values_and_indices(_method(value))
             for position, element in enumerate(target.elements):
                 part = parts[position] if parts and len(parts) == len(target.elements) else None
                 element_low = self.is_low(part) if part is not None else (
@@ -497,8 +448,10 @@ class _Scope:
 
     def check_call(self, call: cst.Call) -> None:
         func = call.func
-        if type(func) is cst.Attribute and func.attr.value in _SAME_DTYPE_SOURCE:
-            self.match_source(call, func)
+        if type(func) is cst.Attribute:
+            position = views.receiver_dtype_source(func.attr.value)
+            if position is not None:
+                self.match_source(call, func, position)
         if type(func) is cst.Attribute and func.attr.value == "numpy" and not call.args:
             self.cast_if_low(func.value, "`.numpy()` (numpy has no bfloat16)")
             return
@@ -526,11 +479,8 @@ class _Scope:
         kinds = self.s.kinds
         if is_model_call(call, kinds):
             use = f"the float32 model `{dotted(func)}`"
-        elif module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
+        elif views.runs_low_one_dtype(module, last):
             use = f"`{dotted(func)}` with float32 weights"
-        elif (module in ("torch", "torch.nn.functional") and last in _FLOAT32_TORCH) or (
-                module.startswith(_FLOAT32_MODULES)):
-            use = f"`{dotted(func)}`, which needs float32 (or one dtype) outside autocast"
         elif is_loss_call(call, self.s.facts, kinds):
             use = f"the loss `{dotted(func) or 'call'}` with float32 inputs"
             if not unsafe_calls(call, self.s.facts, kinds):
@@ -542,6 +492,8 @@ class _Scope:
                 if prediction is not None:
                     self.cast_if_low(prediction.value, use)
                 return
+        elif views.needs_float32(module, last):
+            use = f"`{dotted(func)}`, which needs float32 (or one dtype) outside autocast"
         else:
             return
         for arg in call.args:
@@ -551,10 +503,10 @@ class _Scope:
                 continue
             self.cast_if_low(arg.value, use)
 
-    def match_source(self, call: cst.Call, func: cst.Attribute) -> None:
+    def match_source(self, call: cst.Call, func: cst.Attribute, position: int) -> None:
         """`target[i].index_add_(0, idx, values)` where either side may be low precision:
-        the source takes the receiver's dtype (the receiver, changed in place, cannot be cast)."""
-        position = _SAME_DTYPE_SOURCE[func.attr.value]
+        the source (the argument at `position`) takes the receiver's dtype (the receiver,
+        changed in place, cannot be cast)."""
         positional = [a for a in call.args if a.keyword is None and not a.star]
         if position >= len(positional) or not duplicable(func.value):
             return
@@ -680,7 +632,7 @@ class _Scope:
         distribution's, an integer one for a categorical."""
         for child in descendants(node):
             if type(child) is cst.Call:
-                if _method(child) in _MAYBE_INTEGER_METHODS:
+                if views.maybe_integer(_method(child)):
                     return True
             elif self.maybe_integer and type(child) in (cst.Name, cst.Attribute) and (
                     dotted(child) in self.maybe_integer):
@@ -760,13 +712,13 @@ class _Scope:
         if key is not None and key in self.low:
             return True
         if type(node) is cst.Subscript:
-            if type(node.value) is cst.Call and _method(node.value) in _VALUES_AND_INDICES:
+            if type(node.value) is cst.Call and views.values_and_indices(_method(node.value)):
                 index = node.slice[0].slice
                 if type(index) is cst.Index and getattr(index.value, "value", "") == "1":
                     return False
             return self.is_low(node.value)
         if type(node) is cst.Attribute:  # `out.data`, `outputs.logits` of a model output
-            return node.attr.value not in _NOT_TENSOR_ATTRIBUTES and self.is_low(node.value)
+            return node.attr.value not in NOT_TENSOR_ATTRIBUTES and self.is_low(node.value)
         if type(node) is cst.Call:
             return self.call_is_low(node)
         if type(node) is cst.BinaryOperation:
@@ -796,15 +748,15 @@ class _Scope:
         resolved = facts.imports.resolve(func)
         if resolved is not None:
             module, _, last = resolved.rpartition(".")
-            if module.startswith("numpy") or last in _NOT_LOW_TORCH:
+            if module.startswith("numpy") or views.function_not_low(last):
                 return False
             if is_loss_call(call, facts, kinds):
                 return False  # losses run in float32 under autocast
-            if module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
+            if views.may_run_low(module, last):
                 return self.autocast or args_low
             return args_low
         if method is not None:
-            if method in _NOT_LOW_METHODS:
+            if views.method_not_low(method):
                 return False
             if is_model_call(call, kinds):
                 return self.autocast or args_low
