@@ -253,7 +253,7 @@ class _Scope:
             self.compound_or_line(statement)
 
     def compound_or_line(self, statement: cst.CSTNode) -> None:
-        if type(statement) in (cst.FunctionDef, cst.ClassDef):
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
             return
         outer_autocast, outer_statement = self.autocast, self.statement
         if id(statement) in self.s.in_region:
@@ -270,7 +270,7 @@ class _Scope:
             self.counters.update(_counters(statement))
             self.block(statement.body.body)
             self.suite(statement.orelse)
-        elif type(statement) in (cst.If, cst.While):
+        elif isinstance(statement, cst.If | cst.While):
             self.check(statement.test)
             self.block(statement.body.body)
             self.suite(statement.orelse)
@@ -343,7 +343,7 @@ class _Scope:
     ) -> None:
         """`target` now holds `value` (low precision or not); `integer`: it may hold an integer
         tensor (a sample), whatever `value` shows."""
-        if type(target) in (cst.Tuple, cst.List):
+        if isinstance(target, cst.Tuple | cst.List):
             parts = _elements(value) if value is not None else None
             unpacks_indices = type(value) is cst.Call and views.values_and_indices(_method(value))
             for position, element in enumerate(target.elements):
@@ -382,7 +382,7 @@ class _Scope:
                 self.maybe_integer.add(key)
             else:
                 self.maybe_integer.discard(key)
-            if type(value) in (cst.List, cst.ListComp, cst.Dict, cst.Tuple):
+            if isinstance(value, cst.List | cst.ListComp | cst.Dict | cst.Tuple):
                 self.containers.add(key)
                 self.appended.setdefault(key, [])
             else:
@@ -423,7 +423,7 @@ class _Scope:
             self.check(node)
             self.autocast = False
             return
-        if type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+        if isinstance(node, cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp):
             saved = set(self.low)
             clause: cst.CompFor | None = node.for_in
             while clause is not None:
@@ -469,8 +469,8 @@ class _Scope:
                 if self.is_low(arg.value) and (self.autocast or self.is_container(arg.value)):
                     # Under autocast the callee's layers would make a cast argument low again;
                     # `.float()` fits the tensors, not a list: cast where they are used
-                    for use in uses:
-                        self.add(use.node, use.use, use.statement)
+                    for escape in uses:
+                        self.add(escape.node, escape.use, escape.statement)
                 else:
                     self.cast_if_low(arg.value, uses[0].use)
             return
@@ -562,12 +562,12 @@ class _Scope:
         """Whether every index is an int, a slice, `...` or `None`: no advanced indexing."""
         for element in target.slice:
             index = element.slice
-            if type(index) is cst.Slice:
+            if not isinstance(index, cst.Index):  # a slice
                 continue
             value = index.value
             if type(value) is cst.UnaryOperation and type(value.operator) is cst.Minus:
                 value = value.expression
-            if not (type(value) in (cst.Integer, cst.Ellipsis)
+            if not (isinstance(value, cst.Integer | cst.Ellipsis)
                     or (type(value) is cst.Name
                         and (value.value == "None" or value.value in self.counters))):
                 return False
@@ -604,12 +604,12 @@ class _Scope:
             else:
                 self.stuck(node, use)
             return
-        if type(node) in (cst.List, cst.Tuple):
-            for element in node.elements:
-                if type(element) is not cst.StarredElement:
-                    self.cast_if_low(element.value, use)
+        if isinstance(node, cst.List | cst.Tuple):
+            for item in node.elements:
+                if type(item) is not cst.StarredElement:
+                    self.cast_if_low(item.value, use)
             return
-        if type(node) in (cst.ListComp, cst.GeneratorExp):
+        if isinstance(node, cst.ListComp | cst.GeneratorExp):
             self.stuck(node, use)
             return
         self.add(node, use)
@@ -634,7 +634,7 @@ class _Scope:
             if type(child) is cst.Call:
                 if views.maybe_integer(_method(child)):
                     return True
-            elif self.maybe_integer and type(child) in (cst.Name, cst.Attribute) and (
+            elif self.maybe_integer and isinstance(child, cst.Name | cst.Attribute) and (
                     dotted(child) in self.maybe_integer):
                 return True
         return False
@@ -727,9 +727,9 @@ class _Scope:
             return self.is_low(node.expression)
         if type(node) is cst.IfExp:
             return self.is_low(node.body) or self.is_low(node.orelse)
-        if type(node) in (cst.Tuple, cst.List):
+        if isinstance(node, cst.Tuple | cst.List):
             return any(self.is_low(e.value) for e in node.elements)
-        if type(node) in (cst.ListComp, cst.GeneratorExp):
+        if isinstance(node, cst.ListComp | cst.GeneratorExp):
             saved = set(self.low)
             clause: cst.CompFor | None = node.for_in
             while clause is not None:
@@ -807,7 +807,8 @@ def _is_submodule(node: cst.BaseExpression) -> bool:
 
 def _counters(loop: cst.For) -> set[str]:
     """The loop variables that count: `for i in range(n)`, `i` of `for i, x in enumerate(xs)`."""
-    iterated, target = loop.iter, loop.target
+    iterated = loop.iter
+    target: cst.BaseExpression = loop.target
     if type(iterated) is not cst.Call:
         return set()
     name = dotted(iterated.func)
@@ -821,7 +822,8 @@ def _counters(loop: cst.For) -> set[str]:
 def _submodules_iterated(loop: cst.For) -> set[str]:
     """The loop variables bound to a model's submodules: `for layer in self.layers`,
     `for i, block in enumerate(self.blocks)`."""
-    iterated, target = loop.iter, loop.target
+    iterated = loop.iter
+    target: cst.BaseExpression = loop.target
     if type(iterated) is cst.Call and dotted(iterated.func) == "enumerate" and iterated.args \
             and type(target) is cst.Tuple and len(target.elements) == 2:
         iterated, target = iterated.args[0].value, target.elements[1].value
@@ -835,7 +837,7 @@ def _iterated_parts(
 ) -> list[tuple[cst.BaseExpression, cst.BaseExpression | None]] | None:
     """`for a, b in zip(x, y)` -> [(a, x), (b, y)]; `for i, a in enumerate(x)` ->
     [(i, None), (a, x)]; None for any other loop."""
-    if not (type(target) in (cst.Tuple, cst.List) and type(iterated) is cst.Call):
+    if not (isinstance(target, cst.Tuple | cst.List) and type(iterated) is cst.Call):
         return None
     if any(type(e) is cst.StarredElement for e in target.elements) or any(
             a.star or a.keyword is not None for a in iterated.args):
@@ -851,7 +853,7 @@ def _iterated_parts(
 
 
 def _elements(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
-    if type(value) in (cst.Tuple, cst.List) and not any(
+    if isinstance(value, cst.Tuple | cst.List) and not any(
         type(e) is cst.StarredElement for e in value.elements
     ):
         return [e.value for e in value.elements]
@@ -971,7 +973,7 @@ def _scalar_literal(value: cst.BaseExpression) -> bool:
     """`0.0`, `-1`, `True`, `float("inf")`: a Python scalar, which index_put takes in any dtype."""
     if type(value) is cst.UnaryOperation:
         value = value.expression
-    if type(value) in (cst.Integer, cst.Float, cst.Imaginary):
+    if isinstance(value, cst.Integer | cst.Float | cst.Imaginary):
         return True
     if type(value) is cst.Name:
         return value.value in ("True", "False", "None")
