@@ -123,3 +123,11 @@ def test_a_custom_forward_casts_its_inputs_where_an_op_has_no_low_kernel(
         call: str, float32: bool) -> None:
     output = rewrite_source(CUSTOM_FUNCTION.format(call=call).encode(), Options()).source
     assert (b'@custom_fwd(cast_inputs="float32")' in output) is float32, output.decode()
+
+
+def test_the_one_dtype_ops_autocast_leaves_alone_somewhere() -> None:
+    assert views.may_mix_under_autocast("torch", "lerp")  # none on both
+    assert views.may_mix_under_autocast("torch", "dot")  # none on the CPU, promote on CUDA
+    assert not views.may_mix_under_autocast("torch", "matmul")  # low on both
+    assert views.module_may_run_low("Linear") and views.module_may_run_low("LayerNorm") is False
+    assert views.module_may_run_low("Sequential") is None

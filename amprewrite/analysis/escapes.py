@@ -475,6 +475,8 @@ class _Scope:
                     self.cast_if_low(arg.value, uses[0].use)
             return
         if self.autocast:
+            if views.may_mix_under_autocast(module, last):
+                self.unify(call)
             return  # under autocast, models and matmuls take any float dtype
         kinds = self.s.kinds
         if is_model_call(call, kinds):
@@ -502,6 +504,19 @@ class _Scope:
                     self.stuck(arg.value, use)
                 continue
             self.cast_if_low(arg.value, use)
+
+    def unify(self, call: cst.Call) -> None:
+        """`torch.lerp(norm(a), norm(b), linear(x))` under autocast, which leaves lerp's inputs
+        alone: where a low-precision tensor meets others that may not be (a parameter's dtype is
+        not known), every tensor becomes float32 (numbers take any dtype). Not a parameter use:
+        the cast is whole here."""
+        tensors = [a.value for a in call.args if not a.star and not _scalar_literal(a.value)]
+        low = sum(self.is_low(value) for value in tensors)
+        if self.probe is not None or not 0 < low < len(tensors):
+            return
+        for value in tensors:
+            self.add(value, f"`{dotted(call.func)}`, whose inputs share one dtype, which "
+                     "autocast does not give them")
 
     def match_source(self, call: cst.Call, func: cst.Attribute, position: int) -> None:
         """`target[i].index_add_(0, idx, values)` where either side may be low precision:
@@ -758,6 +773,10 @@ class _Scope:
         if method is not None:
             if views.method_not_low(method):
                 return False
+            built_by = kinds.constructors.get(dotted(func) or "", "")
+            runs_low = views.module_may_run_low(built_by.removeprefix("torch.nn."))
+            if runs_low is not None and built_by.startswith("torch.nn."):  # `self.norm(x)`
+                return (self.autocast and runs_low) or args_low
             if is_model_call(call, kinds):
                 return self.autocast or args_low
             assert type(func) is cst.Attribute

@@ -65,6 +65,14 @@ def may_run_low(module: str, name: str) -> bool:
     return op is not None and _may_run_low(op)
 
 
+def may_mix_under_autocast(module: str, name: str) -> bool:
+    """A torch function whose floating inputs must share one dtype, which autocast leaves
+    alone on the CPU or CUDA (`torch.lerp(norm(a), norm(b), linear(x))`): low-precision
+    inputs beside float32 ones crash there."""
+    op = _BY_FUNCTION.get(name) if module in _TORCH_MODULES else None
+    return op is not None and op.same_dtype and Cast.NONE in (op.cpu, op.cuda)
+
+
 def needs_float32(module: str, name: str) -> bool:
     """A torch function with no bfloat16 or float16 kernel on the CPU (`torch.cdist`, all of
     torch.linalg and torch.fft), or whose floating inputs must share one dtype (`torch.lerp`)."""
@@ -126,6 +134,13 @@ def module_cuda_cast(name: str) -> Cast | None:
     if op is None:
         return None
     return Cast.FLOAT32 if op.returns is Returns.FLOAT32 else op.cuda
+
+
+def module_may_run_low(name: str) -> bool | None:
+    """Whether the nn module class `name` (`Linear`) may return low precision from float32
+    inputs under autocast (on the CPU or CUDA); None for a class the table does not hold."""
+    op = _BY_MODULE.get(name)
+    return None if op is None else _may_run_low(op)
 
 
 def low_cast_method(name: str) -> str | None:
