@@ -1,11 +1,12 @@
-"""The generated documentation: docs/findings.md's table of every code and docs/rules.md
-(every recipe's rules with their codes and examples). `python -m amprewrite.generated_docs`
-regenerates both, from the repository root."""
+"""The generated documentation: docs/findings.md's table of every code, docs/rules.md
+(every recipe's rules with their codes and examples) and docs/ops.md (the op table).
+`python -m amprewrite.generated_docs` regenerates them, from the repository root."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from amprewrite.analysis.dtype import ops
 from amprewrite.code_index import codes
 from amprewrite.explain import example_diff
 from amprewrite.options import Options
@@ -70,11 +71,51 @@ def rules_page() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def ops_page() -> str:
+    """docs/ops.md: every row of the op table, the autocast spellings and the low dtypes."""
+    lines = ["# Ops", "", f"Generated from `amprewrite/analysis/dtype/ops.py` (`{COMMAND}`): "
+             "what torch does with each op the analysis asks about. Every precision question "
+             "(escapes, the float16 constants, hazards, existing AMP, the lint) reads this "
+             "table. The CPU columns are what torch does, checked on every row by "
+             "`tests/runtime/test_op_table.py` in bfloat16 and float16; the CUDA column is "
+             "the list the op is registered in, in torch's `ATen/autocast_mode.h` (checked "
+             "against the installed headers, and run when a GPU is at hand).", "",
+             "Autocast classes: **low** casts floating inputs to the autocast dtype, "
+             "**float32** to float32, **promote** to the widest input, **none** leaves them "
+             "(the result has the inputs' dtype), **raises** refuses the op. *One dtype*: its "
+             "floating inputs (a module's: and its float32 weights) must share one dtype "
+             "outside autocast; an in-place op's source (by position) must have its "
+             "receiver's dtype, under autocast or not.", "",
+             "| op | spellings | CPU autocast | CUDA autocast | CPU low kernels | one dtype "
+             "| returns | example |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for op in ops.OPS:
+        where = ", ".join(sorted(w.value for w in op.where))
+        kernels = ", ".join(sorted(op.low_kernels)) or "none"
+        same = f"source {op.source}" if op.source is not None else "yes" if op.same_dtype else ""
+        via = f" (via `{op.aten}`)" if op.aten else ""
+        lines.append(f"| `{op.name}` | {where} | {op.cpu.value} | {op.cuda.value}{via} | "
+                     f"{kernels} | {same} | {op.returns.value} | `{op.example}` |")
+    namespaces = ", ".join(f"`{n}`" for n in ops.FLOAT32_NAMESPACES)
+    removed = ", ".join(f"`torch.{n}`" for n in sorted(ops.REMOVED_LINALG))
+    lines += ["", f"Whole namespaces without low-precision kernels on the CPU: {namespaces}; "
+              f"removed for their torch.linalg successors: {removed}.", "",
+              "## Autocast spellings", "", "| spelling | device | amprewrite's runtime |",
+              "| --- | --- | --- |"]
+    lines += [f"| `{a.name}` | {a.device or 'any'} | {'yes' if a.runtime else ''} |"
+              for a in ops.AUTOCAST_SPELLINGS]
+    lines += ["", "## Low-precision dtypes", ""]
+    lines += [f"- `{name}`: {dtype}" for name, dtype in
+              {**ops.LOW_DTYPES, **ops.LOW_TENSOR_TYPES}.items()]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
-    """Regenerate docs/findings.md's table and docs/rules.md (from the repository root)."""
+    """Regenerate docs/findings.md's table, docs/rules.md and docs/ops.md (from the repository
+    root)."""
     page = Path("docs/findings.md")
     page.write_text(with_table(page.read_text(encoding="utf-8")), encoding="utf-8")
     Path("docs/rules.md").write_text(rules_page(), encoding="utf-8")
+    Path("docs/ops.md").write_text(ops_page(), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ CASES = {  # fixture -> relative tolerance on the final loss
     "rule_bce_inline_backward": 0.05,
     "sigmoid_forward_bce": 0.05,
     "rule_escape_zipped_paths": 0.05,
+    "rule_lerp_mixed_dtypes": 0.05,
 }
 DTYPES = {"bfloat16": ({}, BFLOAT16), "float16": ({"AMPREWRITE_DTYPE": "float16"}, FLOAT16)}
 

@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from amprewrite.analysis.autocast_values import turns_off
+from amprewrite.analysis.dtype.views import AUTOCASTS
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.scaler_home import SCALER_NAME
 from amprewrite.analysis.tree import descendants
 
 _SCALER_CLASSES = ("GradScaler", "ShardedGradScaler")
-_AUTOCASTS = frozenset({"amprewrite_runtime.autocast", "torch.autocast", "torch.amp.autocast",
-                        "torch.cuda.amp.autocast", "torch.cpu.amp.autocast"})
 _DECORATORS = ("custom_fwd", "custom_bwd")
 _POLICY_CLASSES = ("MixedPrecision", "MixedPrecisionPolicy")  # FSDP1, FSDP2
 _POLICY_NAME = re.compile(r"(fsdp_)?mp_policy(_\d+)?")  # the names the policy rule binds
@@ -342,7 +341,7 @@ def _is_scaler_class(func: cst.BaseExpression, facts: ModuleFacts) -> bool:
 
 
 def _is_autocast(item: cst.BaseExpression, facts: ModuleFacts) -> bool:
-    return isinstance(item, cst.Call) and facts.imports.resolve(item.func) in _AUTOCASTS
+    return isinstance(item, cst.Call) and facts.imports.resolve(item.func) in AUTOCASTS
 
 
 def _written(node: cst.BaseExpression, facts: ModuleFacts, devices: set[str]) -> bool:
@@ -363,7 +362,7 @@ def _autocast_devices(facts: ModuleFacts) -> set[str]:
     for site in facts.calls:
         resolved = facts.imports.resolve(site.call.func) or ""
         last = resolved.rsplit(".", 1)[-1]
-        if resolved not in _AUTOCASTS and last not in (*_SCALER_CLASSES, *_DECORATORS):
+        if resolved not in AUTOCASTS and last not in (*_SCALER_CLASSES, *_DECORATORS):
             continue
         for position, arg in enumerate(site.call.args):
             keyword = arg.keyword.value if arg.keyword is not None else None

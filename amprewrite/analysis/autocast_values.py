@@ -15,16 +15,14 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from amprewrite.analysis.dtype.ops import LOW_DTYPES
+from amprewrite.analysis.dtype.views import AUTOCASTS
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import dotted, walk
 
-AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
-                       "torch.cpu.amp.autocast", "torch.amp.autocast_mode.autocast",
-                       "amprewrite_runtime.autocast"})
 _PARTIALS = frozenset({"functools.partial"})
 _CONTEXT_MANAGERS = frozenset({"contextlib.contextmanager"})
 CONTEXT, FACTORY = "context", "factory"  # an autocast; something that makes one when called
-_LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
 
 
 @dataclass(frozen=True)
@@ -231,7 +229,7 @@ def autocast_dtype(call: cst.Call, facts: ModuleFacts) -> str | None:
     for position, arg in enumerate(call.args):
         keyword = arg.keyword.value if arg.keyword is not None else None
         if keyword == "dtype" or (keyword is None and position == 1):
-            return _LOW_DTYPES.get(facts.imports.resolve(arg.value) or "")
+            return LOW_DTYPES.get(facts.imports.resolve(arg.value) or "")
     return None
 
 

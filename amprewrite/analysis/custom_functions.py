@@ -6,14 +6,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amprewrite.analysis.dtype import views
+from amprewrite.analysis.dtype.ops import FLOAT32_NAMESPACES
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.names import walk
 
 _FUNCTION_BASES = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
-# Operations that must see float32 inputs: the forward then casts its inputs (cast_inputs).
-_FLOAT32_PREFIXES = ("torch.linalg.", "torch.fft.")
-_FLOAT32_OPS = frozenset({"inverse", "det", "logdet", "slogdet", "cholesky", "svd", "qr",
-                          "eig", "symeig", "solve", "lstsq", "matrix_exp", "pinverse"})
 
 
 @dataclass(frozen=True)
@@ -43,9 +41,11 @@ def custom_functions(facts: ModuleFacts) -> list[CustomFunction]:
 
 
 def _needs_float32(function: cst.FunctionDef, facts: ModuleFacts) -> bool:
+    """The forward calls an op with no low-precision kernel: it then casts its inputs
+    (`cast_inputs=torch.float32`)."""
     for node in walk(function):
         if isinstance(node, cst.Call):
-            name = facts.imports.resolve(node.func) or ""
-            if name.startswith(_FLOAT32_PREFIXES) or name.rsplit(".", 1)[-1] in _FLOAT32_OPS:
+            module, _, name = (facts.imports.resolve(node.func) or "").rpartition(".")
+            if module.startswith(FLOAT32_NAMESPACES) or views.lacks_low_kernel(name):
                 return True
     return False

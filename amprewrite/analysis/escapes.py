@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from amprewrite.analysis.dtype import views
+from amprewrite.analysis.dtype.ops import ARRAY_LIBRARIES, NOT_TENSOR_ATTRIBUTES
 from amprewrite.analysis.facts import ModuleFacts, Statement
 from amprewrite.analysis.forward import is_loss_call, is_model_call
 from amprewrite.analysis.kinds import KindTable
@@ -25,63 +27,12 @@ from amprewrite.analysis.training_step import Region
 from amprewrite.analysis.tree import children, descendants
 from amprewrite.analysis.unsafe_losses import unsafe_calls
 
-# Results that are never a low-precision floating tensor.
-_NOT_LOW_METHODS = frozenset({
-    "argmax", "argmin", "argsort", "long", "int", "bool", "byte", "short", "float", "double",
-    "item", "tolist", "numpy", "size", "dim", "numel", "eq", "ne", "lt", "gt", "le", "ge",
-    "nonzero", "isnan", "isinf", "isfinite", "all", "any", "state_dict", "parameters",
-})
-_NOT_LOW_TORCH = frozenset({
-    "argmax", "argmin", "argsort", "eq", "ne", "lt", "gt", "le", "ge", "isnan", "isinf",
-    "isfinite", "nonzero", "numel", "is_tensor", "no_grad", "device", "save", "tensor",
-    "as_tensor", "from_numpy", "randn", "rand", "randint", "zeros", "ones", "full", "empty",
-    "arange", "linspace", "manual_seed",
-})
-# Attributes of a tensor that are not tensors (any other attribute of a low-precision value,
-# `out.data` or a model output's `outputs.logits`, is low precision too).
-_NOT_TENSOR_ATTRIBUTES = frozenset({
-    "shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout",
-    "names", "is_leaf", "is_sparse", "itemsize", "nbytes",
-})
-# Index results of these are indices: `out.max(1)[1]`, `values, indices = out.topk(5)`.
-_VALUES_AND_INDICES = frozenset({"max", "min", "topk", "sort", "mode", "median", "kthvalue"})
-# Functions whose tensor inputs must share one dtype (outside autocast).
-_MIXING_TORCH = frozenset({
-    "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "linear", "bilinear", "conv1d",
-    "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "scaled_dot_product_attention", "embedding",
-})
-# Functions with no low-precision kernels (`"cdist" not implemented for 'BFloat16'`, linalg's
-# "Low precision dtypes not supported") or whose tensor inputs must share one dtype although
-# they are not matmuls (`torch.dot`, `torch.lerp`, `F.grid_sample`): outside autocast, their
-# low-precision arguments become float32.
-_FLOAT32_TORCH = frozenset({
-    "cdist", "dot", "mv", "inner", "outer", "cross", "tensordot", "lerp", "addmv", "addbmm",
-    "chain_matmul", "quantile", "nanquantile", "svd", "pinverse", "inverse", "det", "logdet",
-    "slogdet", "cholesky", "qr", "lstsq", "polar", "complex", "grid_sample", "prelu",
-})
-_FLOAT32_MODULES = ("torch.linalg", "torch.fft")
-# In-place methods whose source must have the receiver's dtype (autocast or not), by the
-# source's position: `self (BFloat16) and source (Float) must have the same scalar type`.
-_SAME_DTYPE_SOURCE = {"index_add_": 2, "index_add": 2, "scatter_add_": 2, "scatter_add": 2,
-                      "index_copy_": 2, "index_copy": 2, "masked_scatter_": 1,
-                      "masked_scatter": 1, "index_put_": 1, "put_": 1, "lerp_": 0}
 # Why a value assigned to a parameter's `.data` takes its dtype.
 DATA_REPLACED = "an assignment to `.data`, which would change its dtype"
-# Methods whose result may be an integer tensor although the object is low precision
-# (`Categorical(logits=out).sample()`): casts of what they return leave integers alone.
-_MAYBE_INTEGER_METHODS = frozenset({"sample", "sample_n", "multinomial", "enumerate_support"})
-# Libraries whose functions (and the objects they build: a SummaryWriter, a wandb run) turn
-# tensor arguments into numpy arrays, which have no bfloat16: `np.asarray(out)`,
-# `roc_auc_score(y, probs)`, `plt.plot(pred)`, `writer.add_histogram("out", out)`.
-_ARRAY_LIBRARIES = (
-    "numpy", "scipy", "sklearn", "matplotlib", "pandas", "seaborn", "PIL", "cv2", "imageio",
-    "skimage", "wandb", "mlflow", "tensorboardX", "torch.utils.tensorboard", "visdom",
-)
 
 
 def _in_array_library(resolved: str) -> bool:
-    return any(resolved == lib or resolved.startswith(lib + ".") for lib in _ARRAY_LIBRARIES)
+    return any(resolved == lib or resolved.startswith(lib + ".") for lib in ARRAY_LIBRARIES)
 
 
 @dataclass(frozen=True)
@@ -302,7 +253,7 @@ class _Scope:
             self.compound_or_line(statement)
 
     def compound_or_line(self, statement: cst.CSTNode) -> None:
-        if type(statement) in (cst.FunctionDef, cst.ClassDef):
+        if isinstance(statement, cst.FunctionDef | cst.ClassDef):
             return
         outer_autocast, outer_statement = self.autocast, self.statement
         if id(statement) in self.s.in_region:
@@ -319,7 +270,7 @@ class _Scope:
             self.counters.update(_counters(statement))
             self.block(statement.body.body)
             self.suite(statement.orelse)
-        elif type(statement) in (cst.If, cst.While):
+        elif isinstance(statement, cst.If | cst.While):
             self.check(statement.test)
             self.block(statement.body.body)
             self.suite(statement.orelse)
@@ -392,9 +343,9 @@ class _Scope:
     ) -> None:
         """`target` now holds `value` (low precision or not); `integer`: it may hold an integer
         tensor (a sample), whatever `value` shows."""
-        if type(target) in (cst.Tuple, cst.List):
+        if isinstance(target, cst.Tuple | cst.List):
             parts = _elements(value) if value is not None else None
-            unpacks_indices = type(value) is cst.Call and _method(value) in _VALUES_AND_INDICES
+            unpacks_indices = type(value) is cst.Call and views.values_and_indices(_method(value))
             for position, element in enumerate(target.elements):
                 part = parts[position] if parts and len(parts) == len(target.elements) else None
                 element_low = self.is_low(part) if part is not None else (
@@ -431,7 +382,7 @@ class _Scope:
                 self.maybe_integer.add(key)
             else:
                 self.maybe_integer.discard(key)
-            if type(value) in (cst.List, cst.ListComp, cst.Dict, cst.Tuple):
+            if isinstance(value, cst.List | cst.ListComp | cst.Dict | cst.Tuple):
                 self.containers.add(key)
                 self.appended.setdefault(key, [])
             else:
@@ -472,7 +423,7 @@ class _Scope:
             self.check(node)
             self.autocast = False
             return
-        if type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+        if isinstance(node, cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp):
             saved = set(self.low)
             clause: cst.CompFor | None = node.for_in
             while clause is not None:
@@ -497,8 +448,10 @@ class _Scope:
 
     def check_call(self, call: cst.Call) -> None:
         func = call.func
-        if type(func) is cst.Attribute and func.attr.value in _SAME_DTYPE_SOURCE:
-            self.match_source(call, func)
+        if type(func) is cst.Attribute:
+            position = views.receiver_dtype_source(func.attr.value)
+            if position is not None:
+                self.match_source(call, func, position)
         if type(func) is cst.Attribute and func.attr.value == "numpy" and not call.args:
             self.cast_if_low(func.value, "`.numpy()` (numpy has no bfloat16)")
             return
@@ -516,21 +469,20 @@ class _Scope:
                 if self.is_low(arg.value) and (self.autocast or self.is_container(arg.value)):
                     # Under autocast the callee's layers would make a cast argument low again;
                     # `.float()` fits the tensors, not a list: cast where they are used
-                    for use in uses:
-                        self.add(use.node, use.use, use.statement)
+                    for escape in uses:
+                        self.add(escape.node, escape.use, escape.statement)
                 else:
                     self.cast_if_low(arg.value, uses[0].use)
             return
         if self.autocast:
+            if views.may_mix_under_autocast(module, last):
+                self.unify(call)
             return  # under autocast, models and matmuls take any float dtype
         kinds = self.s.kinds
         if is_model_call(call, kinds):
             use = f"the float32 model `{dotted(func)}`"
-        elif module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
+        elif views.runs_low_one_dtype(module, last):
             use = f"`{dotted(func)}` with float32 weights"
-        elif (module in ("torch", "torch.nn.functional") and last in _FLOAT32_TORCH) or (
-                module.startswith(_FLOAT32_MODULES)):
-            use = f"`{dotted(func)}`, which needs float32 (or one dtype) outside autocast"
         elif is_loss_call(call, self.s.facts, kinds):
             use = f"the loss `{dotted(func) or 'call'}` with float32 inputs"
             if not unsafe_calls(call, self.s.facts, kinds):
@@ -542,6 +494,8 @@ class _Scope:
                 if prediction is not None:
                     self.cast_if_low(prediction.value, use)
                 return
+        elif views.needs_float32(module, last):
+            use = f"`{dotted(func)}`, which needs float32 (or one dtype) outside autocast"
         else:
             return
         for arg in call.args:
@@ -551,10 +505,23 @@ class _Scope:
                 continue
             self.cast_if_low(arg.value, use)
 
-    def match_source(self, call: cst.Call, func: cst.Attribute) -> None:
+    def unify(self, call: cst.Call) -> None:
+        """`torch.lerp(norm(a), norm(b), linear(x))` under autocast, which leaves lerp's inputs
+        alone: where a low-precision tensor meets others that may not be (a parameter's dtype is
+        not known), every tensor becomes float32 (numbers take any dtype). Not a parameter use:
+        the cast is whole here."""
+        tensors = [a.value for a in call.args if not a.star and not _scalar_literal(a.value)]
+        low = sum(self.is_low(value) for value in tensors)
+        if self.probe is not None or not 0 < low < len(tensors):
+            return
+        for value in tensors:
+            self.add(value, f"`{dotted(call.func)}`, whose inputs share one dtype, which "
+                     "autocast does not give them")
+
+    def match_source(self, call: cst.Call, func: cst.Attribute, position: int) -> None:
         """`target[i].index_add_(0, idx, values)` where either side may be low precision:
-        the source takes the receiver's dtype (the receiver, changed in place, cannot be cast)."""
-        position = _SAME_DTYPE_SOURCE[func.attr.value]
+        the source (the argument at `position`) takes the receiver's dtype (the receiver,
+        changed in place, cannot be cast)."""
         positional = [a for a in call.args if a.keyword is None and not a.star]
         if position >= len(positional) or not duplicable(func.value):
             return
@@ -610,12 +577,12 @@ class _Scope:
         """Whether every index is an int, a slice, `...` or `None`: no advanced indexing."""
         for element in target.slice:
             index = element.slice
-            if type(index) is cst.Slice:
+            if not isinstance(index, cst.Index):  # a slice
                 continue
             value = index.value
             if type(value) is cst.UnaryOperation and type(value.operator) is cst.Minus:
                 value = value.expression
-            if not (type(value) in (cst.Integer, cst.Ellipsis)
+            if not (isinstance(value, cst.Integer | cst.Ellipsis)
                     or (type(value) is cst.Name
                         and (value.value == "None" or value.value in self.counters))):
                 return False
@@ -652,12 +619,12 @@ class _Scope:
             else:
                 self.stuck(node, use)
             return
-        if type(node) in (cst.List, cst.Tuple):
-            for element in node.elements:
-                if type(element) is not cst.StarredElement:
-                    self.cast_if_low(element.value, use)
+        if isinstance(node, cst.List | cst.Tuple):
+            for item in node.elements:
+                if type(item) is not cst.StarredElement:
+                    self.cast_if_low(item.value, use)
             return
-        if type(node) in (cst.ListComp, cst.GeneratorExp):
+        if isinstance(node, cst.ListComp | cst.GeneratorExp):
             self.stuck(node, use)
             return
         self.add(node, use)
@@ -680,9 +647,9 @@ class _Scope:
         distribution's, an integer one for a categorical."""
         for child in descendants(node):
             if type(child) is cst.Call:
-                if _method(child) in _MAYBE_INTEGER_METHODS:
+                if views.maybe_integer(_method(child)):
                     return True
-            elif self.maybe_integer and type(child) in (cst.Name, cst.Attribute) and (
+            elif self.maybe_integer and isinstance(child, cst.Name | cst.Attribute) and (
                     dotted(child) in self.maybe_integer):
                 return True
         return False
@@ -760,13 +727,13 @@ class _Scope:
         if key is not None and key in self.low:
             return True
         if type(node) is cst.Subscript:
-            if type(node.value) is cst.Call and _method(node.value) in _VALUES_AND_INDICES:
+            if type(node.value) is cst.Call and views.values_and_indices(_method(node.value)):
                 index = node.slice[0].slice
                 if type(index) is cst.Index and getattr(index.value, "value", "") == "1":
                     return False
             return self.is_low(node.value)
         if type(node) is cst.Attribute:  # `out.data`, `outputs.logits` of a model output
-            return node.attr.value not in _NOT_TENSOR_ATTRIBUTES and self.is_low(node.value)
+            return node.attr.value not in NOT_TENSOR_ATTRIBUTES and self.is_low(node.value)
         if type(node) is cst.Call:
             return self.call_is_low(node)
         if type(node) is cst.BinaryOperation:
@@ -775,9 +742,9 @@ class _Scope:
             return self.is_low(node.expression)
         if type(node) is cst.IfExp:
             return self.is_low(node.body) or self.is_low(node.orelse)
-        if type(node) in (cst.Tuple, cst.List):
+        if isinstance(node, cst.Tuple | cst.List):
             return any(self.is_low(e.value) for e in node.elements)
-        if type(node) in (cst.ListComp, cst.GeneratorExp):
+        if isinstance(node, cst.ListComp | cst.GeneratorExp):
             saved = set(self.low)
             clause: cst.CompFor | None = node.for_in
             while clause is not None:
@@ -796,16 +763,20 @@ class _Scope:
         resolved = facts.imports.resolve(func)
         if resolved is not None:
             module, _, last = resolved.rpartition(".")
-            if module.startswith("numpy") or last in _NOT_LOW_TORCH:
+            if module.startswith("numpy") or views.function_not_low(last):
                 return False
             if is_loss_call(call, facts, kinds):
                 return False  # losses run in float32 under autocast
-            if module in ("torch", "torch.nn.functional") and last in _MIXING_TORCH:
+            if views.may_run_low(module, last):
                 return self.autocast or args_low
             return args_low
         if method is not None:
-            if method in _NOT_LOW_METHODS:
+            if views.method_not_low(method):
                 return False
+            built_by = kinds.constructors.get(dotted(func) or "", "")
+            runs_low = views.module_may_run_low(built_by.removeprefix("torch.nn."))
+            if runs_low is not None and built_by.startswith("torch.nn."):  # `self.norm(x)`
+                return (self.autocast and runs_low) or args_low
             if is_model_call(call, kinds):
                 return self.autocast or args_low
             assert type(func) is cst.Attribute
@@ -855,7 +826,8 @@ def _is_submodule(node: cst.BaseExpression) -> bool:
 
 def _counters(loop: cst.For) -> set[str]:
     """The loop variables that count: `for i in range(n)`, `i` of `for i, x in enumerate(xs)`."""
-    iterated, target = loop.iter, loop.target
+    iterated = loop.iter
+    target: cst.BaseExpression = loop.target
     if type(iterated) is not cst.Call:
         return set()
     name = dotted(iterated.func)
@@ -869,7 +841,8 @@ def _counters(loop: cst.For) -> set[str]:
 def _submodules_iterated(loop: cst.For) -> set[str]:
     """The loop variables bound to a model's submodules: `for layer in self.layers`,
     `for i, block in enumerate(self.blocks)`."""
-    iterated, target = loop.iter, loop.target
+    iterated = loop.iter
+    target: cst.BaseExpression = loop.target
     if type(iterated) is cst.Call and dotted(iterated.func) == "enumerate" and iterated.args \
             and type(target) is cst.Tuple and len(target.elements) == 2:
         iterated, target = iterated.args[0].value, target.elements[1].value
@@ -883,7 +856,7 @@ def _iterated_parts(
 ) -> list[tuple[cst.BaseExpression, cst.BaseExpression | None]] | None:
     """`for a, b in zip(x, y)` -> [(a, x), (b, y)]; `for i, a in enumerate(x)` ->
     [(i, None), (a, x)]; None for any other loop."""
-    if not (type(target) in (cst.Tuple, cst.List) and type(iterated) is cst.Call):
+    if not (isinstance(target, cst.Tuple | cst.List) and type(iterated) is cst.Call):
         return None
     if any(type(e) is cst.StarredElement for e in target.elements) or any(
             a.star or a.keyword is not None for a in iterated.args):
@@ -899,7 +872,7 @@ def _iterated_parts(
 
 
 def _elements(value: cst.BaseExpression | None) -> list[cst.BaseExpression] | None:
-    if type(value) in (cst.Tuple, cst.List) and not any(
+    if isinstance(value, cst.Tuple | cst.List) and not any(
         type(e) is cst.StarredElement for e in value.elements
     ):
         return [e.value for e in value.elements]
@@ -1019,7 +992,7 @@ def _scalar_literal(value: cst.BaseExpression) -> bool:
     """`0.0`, `-1`, `True`, `float("inf")`: a Python scalar, which index_put takes in any dtype."""
     if type(value) is cst.UnaryOperation:
         value = value.expression
-    if type(value) in (cst.Integer, cst.Float, cst.Imaginary):
+    if isinstance(value, cst.Integer | cst.Float | cst.Imaginary):
         return True
     if type(value) is cst.Name:
         return value.value in ("True", "False", "None")

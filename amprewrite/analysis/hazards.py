@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from amprewrite.analysis.dtype.ops import LOW_DTYPES, LOW_TENSOR_TYPES
+from amprewrite.analysis.dtype.views import low_cast_method
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import SKIP, declare
@@ -32,10 +34,7 @@ AUTOGRAD_GRAD = declare(
     example="grads = torch.autograd.grad(loss, model.parameters())",
 )
 
-_LOW_PRECISION = {"torch.float16": "float16", "torch.half": "float16",
-                  "torch.bfloat16": "bfloat16", "torch.HalfTensor": "float16",
-                  "torch.cuda.HalfTensor": "float16", "torch.BFloat16Tensor": "bfloat16"}
-_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
+_LOW_PRECISION = {**LOW_DTYPES, **LOW_TENSOR_TYPES}
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def low_precision_casts(facts: ModuleFacts) -> list[ManualCast]:
         if not isinstance(func, cst.Attribute):
             continue
         method = func.attr.value
-        dtype = None if site.call.args else _METHODS.get(method)
+        dtype = None if site.call.args else low_cast_method(method)
         if method in ("to", "type"):
             dtype = next((_LOW_PRECISION[resolved] for arg in site.call.args
                           if arg.keyword is None or arg.keyword.value == "dtype"

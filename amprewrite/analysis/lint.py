@@ -11,9 +11,10 @@ from typing import TypeVar
 import libcst as cst
 
 from amprewrite.analysis.amp_usage import AmpUsage
-from amprewrite.analysis.autocast_values import AUTOCASTS, autocast_dtype, turns_off
+from amprewrite.analysis.autocast_values import autocast_dtype, turns_off
 from amprewrite.analysis.checkpoints import Checkpoints, SavedState
 from amprewrite.analysis.definite_binding import may_be_unbound
+from amprewrite.analysis.dtype.views import MAYBE_FLOAT16_AUTOCASTS, fixed_device
 from amprewrite.analysis.evaluation import under_no_grad
 from amprewrite.analysis.facts import CallSite, ModuleFacts, Statement
 from amprewrite.analysis.hazards import low_precision_casts, manual_casts
@@ -163,9 +164,6 @@ FLOAT16_WITHOUT_SCALER = declare(
         "loss.backward()"
     ),
 )
-# torch's autocasts whose dtype may be float16 (the CPU's defaults to bfloat16); the runtime's
-# `autocast()` comes with its own scaler
-_TORCH_AUTOCASTS = AUTOCASTS - {"torch.cpu.amp.autocast", "amprewrite_runtime.autocast"}
 # A module that names loss scaling scales its losses some other way (Megatron's
 # `config.grad_scale_func`, DeepSpeed's or apex's loss scalers, a hand-rolled `loss_scale`).
 T = TypeVar("T")
@@ -354,7 +352,7 @@ def _maybe_float16_autocasts(facts: ModuleFacts) -> list[cst.Call]:
     for site in facts.calls:
         call = site.call
         resolved = facts.imports.resolve(call.func)
-        if resolved not in _TORCH_AUTOCASTS or turns_off(call) or under_no_grad(site, facts):
+        if resolved not in MAYBE_FLOAT16_AUTOCASTS or turns_off(call) or under_no_grad(site, facts):
             continue  # off, or an evaluation's: no gradients to underflow
         dtype = autocast_dtype(call, facts)
         if dtype == "bfloat16":
@@ -362,7 +360,7 @@ def _maybe_float16_autocasts(facts: ModuleFacts) -> list[cst.Call]:
         arguments = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
         positional = [arg.value for arg in call.args if arg.keyword is None]
         device = arguments.get("device_type")
-        if device is None and resolved != "torch.cuda.amp.autocast" and positional:
+        if device is None and fixed_device(resolved) is None and positional:
             device = positional[0]
         names_dtype = "dtype" in arguments or len(positional) > 1
         if not names_dtype and isinstance(device, cst.SimpleString) and "cpu" in device.value:

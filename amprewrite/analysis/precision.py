@@ -2,8 +2,9 @@
 
 CUDA autocast runs matmuls, convolutions and `nn.Linear` in the low-precision dtype and a
 list of precision-sensitive ops (softmax, log, sum, layer_norm, ...) in float32; other ops
-keep their input's dtype, and mixing a float16 with a float32 tensor gives float32. This
-follows those rules through the assignments of one function, in source order.
+keep their input's dtype, and mixing a float16 with a float32 tensor gives float32 (the CUDA
+column of the op table, `dtype.ops`). This follows those rules through the assignments of one
+function, in source order.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from enum import Enum
 
 import libcst as cst
 
+from amprewrite.analysis.dtype import views
+from amprewrite.analysis.dtype.ops import LOW_DTYPES, OTHER_DTYPES, Cast, Returns
 from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.names import dotted
@@ -22,43 +25,6 @@ class Precision(str, Enum):
     LOW = "low"  # float16/bfloat16 under autocast
     FLOAT32 = "float32"  # float32 (or another dtype autocast leaves alone)
     UNKNOWN = "unknown"
-
-
-# Autocast's lower-precision ops (CUDA op list), as functions and as tensor methods.
-_LOW_OPS = frozenset({
-    "matmul", "mm", "bmm", "mv", "addmm", "addbmm", "baddbmm", "addmv", "addr", "einsum",
-    "tensordot", "chain_matmul", "linear", "bilinear", "conv1d", "conv2d", "conv3d",
-    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
-    "scaled_dot_product_attention",
-})
-# Autocast's float32 ops.
-_FLOAT32_OPS = frozenset({
-    "softmax", "log_softmax", "softmin", "exp", "expm1", "log", "log10", "log1p", "log2", "pow",
-    "sum", "prod", "cumsum", "cumprod", "norm", "normalize", "layer_norm", "group_norm",
-    "rsqrt", "reciprocal", "acos", "asin", "cosh", "sinh", "tan", "erfinv", "softplus",
-    "cosine_similarity", "cdist", "pdist", "dist", "renorm", "cross_entropy", "nll_loss",
-    "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div", "binary_cross_entropy_with_logits",
-})
-_LOW_MODULES = frozenset({
-    "Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-    "ConvTranspose2d", "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
-})
-_FLOAT32_MODULES = frozenset({"LayerNorm", "GroupNorm", "Softmax", "LogSoftmax", "Softmin",
-                              "Embedding"})
-_CREATION = frozenset({"zeros", "ones", "full", "empty", "rand", "randn", "randint", "arange",
-                       "linspace", "logspace", "eye", "tensor", "as_tensor"})
-_LIKE = frozenset({"zeros_like", "ones_like", "full_like", "empty_like", "rand_like",
-                   "randn_like"})
-# Torch functions that keep the dtype of their first argument.
-_KEEPS_FIRST = frozenset({"masked_fill", "tril", "triu", "transpose", "permute", "reshape",
-                          "flatten", "squeeze", "unsqueeze", "relu", "gelu", "silu", "tanh",
-                          "sigmoid", "dropout", "pad", "clamp", "clip", "abs", "neg"})
-_FLOAT32_TYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double",
-                            "torch.long", "torch.int64", "torch.int32", "torch.int",
-                            "torch.bool"})
-_LOW_TYPES = frozenset({"torch.float16", "torch.half", "torch.bfloat16"})
-_FLOAT32_METHODS = frozenset({"float", "double", "long", "int", "bool", "argmax", "argmin"})
-_SCALAR_METHODS = frozenset({"size", "dim", "numel", "item", "tolist", "element_size"})
 
 
 def combine(*precisions: Precision) -> Precision:
@@ -141,9 +107,10 @@ class PrecisionTracker:
             return Precision.SCALAR
         module = self._module_class(func)
         if module is not None:
-            if autocast and module in _LOW_MODULES:
+            cast = views.module_cuda_cast(module)
+            if autocast and cast is Cast.LOW:
                 return Precision.LOW
-            return Precision.FLOAT32 if module in _FLOAT32_MODULES else Precision.UNKNOWN
+            return Precision.FLOAT32 if cast is Cast.FLOAT32 else Precision.UNKNOWN
         if not isinstance(func, cst.Attribute) or dotted(func.value) == "self":
             return Precision.UNKNOWN  # a function or a method of the class: not followed
         return self._method(call, func.attr.value, self.of(func.value, autocast), autocast)
@@ -158,49 +125,55 @@ class PrecisionTracker:
 
     def _method(self, call: cst.Call, method: str, receiver: Precision, autocast: bool
                 ) -> Precision:
-        if method in _SCALAR_METHODS:
+        returns = views.returns_of(method, method=True)
+        if returns is Returns.NUMBER:
             return Precision.SCALAR
-        if method in _FLOAT32_METHODS:
+        if returns in (Returns.FLOAT32, Returns.INTEGER):
             return Precision.FLOAT32
-        if method in ("half", "bfloat16"):
+        if returns is Returns.LOW:
             return Precision.LOW
         if method in ("to", "type"):
             return self._dtype_argument(call) or receiver
         if method == "type_as" and call.args:
             return self.of(call.args[0].value, autocast)
-        if autocast and method in _LOW_OPS:
-            return Precision.LOW
-        if autocast and method in _FLOAT32_OPS:
-            return Precision.FLOAT32
-        return receiver  # most tensor methods keep the dtype (view, transpose, masked_fill)
+        # most tensor methods keep the dtype (view, transpose, masked_fill)
+        return self._autocast_class(method, autocast) or receiver
 
     def _torch_function(self, call: cst.Call, resolved: str, autocast: bool) -> Precision:
         name = resolved.rsplit(".", 1)[-1]
         first = call.args[0].value if call.args and call.args[0].keyword is None else None
-        if autocast and name in _LOW_OPS:
-            return Precision.LOW
-        if autocast and name in _FLOAT32_OPS:
-            return Precision.FLOAT32
-        if name in _CREATION:
+        by_class = self._autocast_class(name, autocast)
+        if by_class is not None:
+            return by_class
+        returns = views.returns_of(name, method=False)
+        if returns is Returns.NEW:
             return self._dtype_argument(call) or Precision.FLOAT32
-        if name in _LIKE and first is not None:
+        if returns is Returns.LIKE and first is not None:
             return self._dtype_argument(call) or self.of(first, autocast)
         if name == "where" and len(call.args) == 3:
             return combine(self.of(call.args[1].value, autocast),
                            self.of(call.args[2].value, autocast))
         if name in ("cat", "stack") and isinstance(first, cst.List | cst.Tuple):
             return combine(*(self.of(e.value, autocast) for e in first.elements))
-        if name in _KEEPS_FIRST and first is not None:
+        if views.keeps_first(name) and first is not None:
             return self.of(first, autocast)
         return Precision.UNKNOWN
+
+    @staticmethod
+    def _autocast_class(name: str, autocast: bool) -> Precision | None:
+        """LOW or FLOAT32 for an op CUDA autocast casts to one of them, under autocast."""
+        cast = views.cuda_cast(name) if autocast else None
+        if cast is Cast.LOW:
+            return Precision.LOW
+        return Precision.FLOAT32 if cast is Cast.FLOAT32 else None
 
     def _dtype_argument(self, call: cst.Call) -> Precision | None:
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value != "dtype":
                 continue
             resolved = self.facts.imports.resolve(arg.value)
-            if resolved in _LOW_TYPES:
+            if resolved in LOW_DTYPES:
                 return Precision.LOW
-            if resolved in _FLOAT32_TYPES:
+            if resolved in OTHER_DTYPES:
                 return Precision.FLOAT32
         return None
