@@ -23,8 +23,8 @@ from amprewrite.leftovers import same_program, unused_added_imports, without_imp
 from amprewrite.line_map import line_map
 from amprewrite.protocol.check import violations
 from amprewrite.protocol.invariants import CODE_CHANGED_ELSEWHERE, NAME_UNBOUND, Violation
-from amprewrite.protocol.names import unbound_names
-from amprewrite.protocol.unchanged import Edited, TopLevel, changed_outside
+from amprewrite.protocol.names import new_unbound_names, unbound_names
+from amprewrite.protocol.unchanged import Edited, TopLevel, changed_outside, rendered
 from amprewrite.steering import WITHHELD
 from amprewrite.transform import Insert, InsertAfterSmall, Plan, Replace, Wrap
 
@@ -215,13 +215,18 @@ def _problems(
             if not _in_baseline(baseline, violation, line):
                 problems.append(_Problem(violation.code, line, violation.col, violation.scope,
                                          violation.message))
-    unbound = unbound_names(text)
+    texts = rendered(tree, text)
+    unbound = new_unbound_names(before.top_level, texts, text, tree) if (
+        before.lined_up) else None
+    if unbound is None:
+        unbound = unbound_names(text)
+        unbound = unbound - before.unbound() if unbound else unbound
     if unbound:
-        for scope, name in sorted(unbound - before.unbound()):
+        for scope, name in sorted(unbound):
             line = _first_use(text, name)
             problems.append(_Problem(NAME_UNBOUND, to_input(line), 0, scope.replace("/", "."),
                                      f"`{name}` is read here but nothing binds it"))
-    changes = changed_outside(before.top_level, before.tree, tree, text,
+    changes = changed_outside(before.top_level, before.tree, tree, texts,
                               _edited(sites, layout, before)) if before.lined_up else []
     for change in changes:
         problems.append(_Problem(CODE_CHANGED_ELSEWHERE, change.line, 0, change.scope,

@@ -11,6 +11,7 @@ import ast
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+from functools import cached_property
 
 from amprewrite.protocol.outline import BLOCK_FIELDS
 
@@ -45,16 +46,39 @@ class TopLevel:
     text: str
     spans: Sequence[tuple[int, int]]
 
+    @cached_property
+    def texts(self) -> list[str]:
+        return [self.text[start:end] for start, end in self.spans]
+
+    @cached_property
+    def normalised(self) -> list[str]:
+        return [_normalised(text) for text in self.texts]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The output's top-level statements: its lines, each statement's text and that text
+    normalised (as `TopLevel`'s, to compare the two)."""
+
+    lines: list[str]
+    texts: list[str]
+    normalised: list[str]
+
+
+def rendered(tree: ast.Module, text: str) -> Rendered:
+    lines = text.splitlines()
+    texts = [_text(statement, lines) for statement in tree.body]
+    return Rendered(lines, texts, [_normalised(t) for t in texts])
+
 
 def changed_outside(
-    before: TopLevel, before_tree: ast.Module, after: ast.Module, after_text: str,
+    before: TopLevel, before_tree: ast.Module, after: ast.Module, texts: Rendered,
     edited: Edited,
 ) -> list[Change]:
-    """The statements of the input (parsed as `before_tree`) that the output changes, moves or
-    drops, outside `edited`."""
-    after_lines = after_text.splitlines()
-    old = [_normalised(before.text[start:end]) for start, end in before.spans]
-    new = [_normalised(_text(s, after_lines)) for s in after.body]
+    """The statements of the input (parsed as `before_tree`) that the output (parsed as
+    `after`, its statements' `texts`) changes, moves or drops, outside `edited`."""
+    after_lines = texts.lines
+    old, new = before.normalised, texts.normalised
     changes: list[Change] = []
     old_lines: list[str] | None = None
     matcher = SequenceMatcher(None, old, new, autojunk=False)
