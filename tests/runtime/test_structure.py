@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "runtime" / "amprewrite_runtime"
-THIRD_PARTY = {"torch", "numpy"}  # numpy: seeded when installed, never required
+THIRD_PARTY = {"torch", "numpy", "torchao"}  # numpy: seeded when installed, never required;
+# torchao: float8 training (the `[float8]` extra), imported only where it converts a model
 
 
 def _module_name(path: Path) -> str:
