@@ -144,7 +144,7 @@ class _Spelling:
 
 
 def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> None:
-    dtype = ctx.options.dtype
+    dtype = ctx.options.autocast_dtype
     spelling: _Spelling | None = None
     # where the script sets one of a framework's switches itself, the others it leaves unset
     # are its choice too (a benchmark's FP32 baseline beside `Accelerator(mixed_precision=
@@ -240,7 +240,7 @@ def _os_import_only_they_use(facts: ModuleFacts, removed: list[cst.CSTNode]
 def _spelling(ctx: RuleContext, settings: FrameworkSettings) -> _Spelling:
     """The style's spelling, its import or definition added to the style's header."""
     assert ctx.style is not None
-    dtype = ctx.options.dtype
+    dtype = ctx.options.autocast_dtype
     if not ctx.options.plain:
         wanted = sorted({_helper(switch.switch) for switch in settings.switches
                          if switch.current is None})

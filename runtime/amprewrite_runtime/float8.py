@@ -79,7 +79,7 @@ def float8_filter(model: nn.Module) -> Callable[[nn.Module, str], bool]:
 
 def precompute_scales(optimizer: torch.optim.Optimizer) -> None:
     """After `optimizer` stepped: the float8 scales of the FSDP2 models it trains, computed
-    for all their layers in one all-reduce (torchao's `precompute_float8_dynamic_scale_for_fsdp`)."""
+    for all their layers in one all-reduce (`precompute_float8_dynamic_scale_for_fsdp`)."""
     if not _FSDP_MODELS:
         return
     from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
