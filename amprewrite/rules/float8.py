@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from amprewrite.analysis.facts import Binding, ModuleFacts, Statement
+from amprewrite.analysis.names import dotted
 from amprewrite.analysis.optimizer_builds import OptimizerBuild
 from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, SKIP, declare
@@ -51,6 +52,8 @@ FLOAT8_NOT_CONVERTED = declare(
 _WRAPPERS = frozenset({"compile", "DistributedDataParallel", "DataParallel",
                        "FullyShardedDataParallel"})
 _TENSOR_PARALLEL = "torch.distributed.tensor.parallel.parallelize_module"
+_BY_HAND = (": it trains in bfloat16; add `model = float8_training(model)` by hand where it is "
+            "built, before any wrapping")
 
 
 @dataclass(frozen=True)
@@ -71,40 +74,55 @@ class Float8Plan:
 
 def float8_plan(analysis: ModuleAnalysis, options: Options) -> Float8Plan:
     """The conversions `--dtype float8` makes in a module that trains, and the models it
-    cannot convert."""
+    cannot convert (the site, and why with what to do)."""
     plan = Float8Plan([], [])
     if options.dtype != "float8" or not analysis.training.found:
         return plan
     facts = analysis.facts
-    parallel = next((site.call for site in facts.calls
-                     if facts.imports.resolve(site.call.func) == _TENSOR_PARALLEL), None)
     seen: set[tuple[cst.FunctionDef | None, str]] = set()
     for build in analysis.optimizer_builds:
         statement = build.binding.statement
         if not build.models:
             plan.refused.append((statement, f"cannot tell which model `{build.optimizer}` "
-                                            "trains"))
+                                            f"trains{_BY_HAND}"))
         for model in build.models:
             if (build.binding.function, model) in seen:
                 continue
             seen.add((build.binding.function, model))
-            if parallel is not None:
-                plan.refused.append((parallel, f"`{model}` is tensor-parallel, which needs "
-                                               "torchao's float8 parallel styles"))
-                continue
             built, why = _built(facts, build, model)
             if built is None:
-                plan.refused.append((statement, why))
+                plan.refused.append((statement, why + _BY_HAND))
                 continue
+            parallel = _tensor_parallel(facts, built)
+            if parallel is not None:
+                plan.refused.append((parallel, (
+                    f"`{built.keys[0]}` is tensor-parallel: it trains in bfloat16; for float8, "
+                    f"convert it (`{built.keys[0]} = float8_training({built.keys[0]})`) before "
+                    "`parallelize_module` and use torchao's `Float8ColwiseParallel`/"
+                    "`Float8RowwiseParallel` in its plan")))
+                continue
+            if any(c.built is built.statement for c in plan.conversions):
+                continue  # two optimizers, or one of a wrap and one of the model
             fsdp = any(wrap.api == "fully_shard" and wrap.site.function is built.function
                        for wrap in analysis.sharding_wraps)
-            plan.conversions.append(Conversion(model, built.statement, fsdp))
+            plan.conversions.append(Conversion(built.keys[0], built.statement, fsdp))
     return plan
 
 
-def _built(facts: ModuleFacts, build: OptimizerBuild, model: str) -> tuple[Binding | None, str]:
-    """The binding that builds `model` before `build` in the same function (past any
-    `model = wrapper(model)`), or None and why there is none."""
+def _tensor_parallel(facts: ModuleFacts, built: Binding) -> cst.Call | None:
+    """`parallelize_module(model, ...)` of the model `built` binds, in its function."""
+    return next((site.call for site in facts.calls
+                 if site.function is built.function and site.call.args
+                 and facts.imports.resolve(site.call.func) == _TENSOR_PARALLEL
+                 and dotted(site.call.args[0].value) == built.keys[0]), None)
+
+
+def _built(
+    facts: ModuleFacts, build: OptimizerBuild, model: str
+) -> tuple[Binding | None, str]:
+    """The binding that builds `model` before `build` in the same function, past the wraps
+    of a named model (`model = torch.compile(model)`, `ddp_model = DDP(model)`: `model`'s),
+    or None and why there is none."""
     bindings = facts.bindings[:facts.bindings.index(build.binding)]
     for binding in reversed(bindings):
         if binding.keys != (model,) or binding.function is not build.binding.function:
@@ -113,8 +131,10 @@ def _built(facts: ModuleFacts, build: OptimizerBuild, model: str) -> tuple[Bindi
         if wrapper is None:
             return binding, ""
         arguments = binding.value.args if isinstance(binding.value, cst.Call) else ()
-        if not (arguments and facts.module.code_for_node(arguments[0].value) == model):
+        wrapped = dotted(arguments[0].value) if arguments else None
+        if wrapped is None:
             return None, f"`{model}` is built inside `{wrapper}(...)`"
+        model = wrapped
     function = build.binding.function
     if function is not None and model.split(".")[0] in facts.parameters(function)[0]:
         return None, f"`{model}` is a parameter of `{function.name.value}`"
@@ -141,9 +161,7 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
                               f"`{code}` added where the model is built: float8 linear "
                               "layers where the GPU has them, bfloat16 elsewhere"))
     for site, why in plan.refused:
-        ctx.notes.append(Note(FLOAT8_NOT_CONVERTED, site,
-                              f"{why}: it trains in bfloat16; add `model = float8_training("
-                              "model)` by hand where it is built, before any wrapping"))
+        ctx.notes.append(Note(FLOAT8_NOT_CONVERTED, site, why))
 
 
 _FLOAT8_EXAMPLES = (

@@ -123,6 +123,36 @@ AUTHORS_SWITCH_KEPT = declare(
     example="trainer = L.Trainer(max_epochs=3, precision=\"16-mixed\")   # kept at O0",
 )
 
+FRAMEWORK_FLOAT8 = declare(
+    "AMP431", NOTE, "float8 is the framework's to switch on",
+    "With `--dtype float8` a framework's precision switch gets bfloat16 (what float8 training "
+    "computes the rest of the model in); float8 itself is the framework's own setting, which "
+    "needs a GPU with float8 tensor cores (compute capability 8.9 or newer): Accelerate's "
+    "`Accelerator(mixed_precision=\"fp8\", kwarg_handlers=[AORecipeKwargs()])` (torchao), the "
+    "Hugging Face Trainer's `accelerate launch --mixed_precision fp8` with "
+    "`ACCELERATE_FP8_BACKEND=AO`, Lightning's `precision=\"transformer-engine\"` "
+    "(TransformerEngine; or `model = float8_training(model)` where the LightningModule is "
+    "built). DeepSpeed configs have no float8 section.",
+    why="`--dtype float8` on a file whose framework owns precision.",
+    example=(
+        "accelerator = Accelerator(mixed_precision=accelerate_mixed_precision(\"bfloat16\"))\n"
+        "# AMP431 for float8: Accelerator(mixed_precision=\"fp8\", "
+        "kwarg_handlers=[AORecipeKwargs()])"
+    ),
+)
+
+_FLOAT8_SETTINGS = {  # the framework's own float8 setting, by its runtime helper or name
+    "accelerate_mixed_precision": (
+        '`Accelerator(mixed_precision="fp8", kwarg_handlers=[AORecipeKwargs()])` '
+        "(`from accelerate.utils import AORecipeKwargs`: torchao's float8)"),
+    "lightning_precision": (
+        '`precision="transformer-engine"` (TransformerEngine installed), or '
+        "`model = float8_training(model)` where the LightningModule is built"),
+    "DeepSpeed config": "none: DeepSpeed configs have no float8 section",
+}
+_FLOAT8_THROUGH_ACCELERATE = ("`accelerate launch --mixed_precision fp8` with "
+                              "`ACCELERATE_FP8_BACKEND=AO` (torchao's float8)")
+
 _PREFERS_BFLOAT16 = "prefers_bfloat16"  # the runtime's run-time choice (earlier rewrites)
 _FLAG_HELPER = "mixed_precision_flag"  # the runtime's choice of a flag or a config section
 _HELPERS = ("accelerate_mixed_precision", "lightning_precision", _FLAG_HELPER)
@@ -174,9 +204,19 @@ def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> 
                 else f"`{switch.framework}(...)`")
         ctx.notes.append(Note(FRAMEWORK_SWITCHED_ON, switch.node,
                               f"{what} owns precision: `{added}` added (no hand-made scaler)"))
+        if ctx.options.dtype == "float8":
+            ctx.notes.append(Note(FRAMEWORK_FLOAT8, switch.node, _float8_message(switch)))
     for hidden in settings.hidden:
         ctx.notes.append(Note(FRAMEWORK_SETTING_OUT_OF_SIGHT, hidden.node,
                               _hidden_message(hidden, dtype)))
+
+
+def _float8_message(switch: PrecisionSwitch) -> str:
+    """What switches float8 on for `switch`'s framework, on a GPU with float8 tensor cores."""
+    helper = switch.switch.helper if isinstance(switch.switch, ValueSwitch) else None
+    how = _FLOAT8_SETTINGS.get(helper or switch.framework, _FLOAT8_THROUGH_ACCELERATE)
+    return ("`--dtype float8`: the switch gets bfloat16; float8 is the framework's own "
+            f"setting (a GPU with compute capability 8.9 or newer): {how}")
 
 
 def switch_off_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> None:
@@ -549,5 +589,6 @@ trainer.fit(model, loader)
 
 RULE = rule("framework-switch", (FRAMEWORK_SWITCHED_ON, FRAMEWORK_PRECISION_SET,
                                  FRAMEWORK_OWNS_PRECISION, FRAMEWORK_SETTING_OUT_OF_SIGHT,
-                                 FRAMEWORK_BYPASSED, AUTHORS_SWITCH_KEPT), _plan,
+                                 FRAMEWORK_BYPASSED, AUTHORS_SWITCH_KEPT, FRAMEWORK_FLOAT8),
+            _plan,
             examples=_FRAMEWORK_SWITCH_EXAMPLES, reports=(MIXED_PRECISION_REMOVED,))
