@@ -89,48 +89,56 @@ def float8_plan(analysis: ModuleAnalysis, options: Options) -> Float8Plan:
             if (build.binding.function, model) in seen:
                 continue
             seen.add((build.binding.function, model))
-            built, why = _built(facts, build, model)
+            built, name = _built(facts, build, model)
             if built is None:
-                plan.refused.append((statement, why + _BY_HAND))
+                plan.refused.append((statement, name + _BY_HAND))
                 continue
-            parallel = _tensor_parallel(facts, built)
+            parallel = _tensor_parallel(facts, built, name)
             if parallel is not None:
                 plan.refused.append((parallel, (
-                    f"`{built.keys[0]}` is tensor-parallel: it trains in bfloat16; for float8, "
-                    f"convert it (`{built.keys[0]} = float8_training({built.keys[0]})`) before "
-                    "`parallelize_module` and use torchao's `Float8ColwiseParallel`/"
-                    "`Float8RowwiseParallel` in its plan")))
+                    f"`{name}` is tensor-parallel: it trains in bfloat16; for float8, convert "
+                    f"it (`{name} = float8_training({name})`) before `parallelize_module` and "
+                    "use torchao's `Float8ColwiseParallel`/`Float8RowwiseParallel` in its plan")))
                 continue
-            if any(c.built is built.statement for c in plan.conversions):
+            if any(c.built is built.statement and c.model == name for c in plan.conversions):
                 continue  # two optimizers, or one of a wrap and one of the model
             fsdp = any(wrap.api == "fully_shard" and wrap.site.function is built.function
                        for wrap in analysis.sharding_wraps)
-            plan.conversions.append(Conversion(built.keys[0], built.statement, fsdp))
+            plan.conversions.append(Conversion(name, built.statement, fsdp))
+    built_here: set[str | None] = {build.optimizer for build in analysis.optimizer_builds}
+    for step in analysis.training.steps:
+        if step.key not in built_here:
+            built_here.add(step.key)
+            plan.refused.append((step.call, f"`{facts.one_line(step.optimizer)}` is built "
+                                            f"elsewhere, with its model{_BY_HAND}"))
     return plan
 
 
-def _tensor_parallel(facts: ModuleFacts, built: Binding) -> cst.Call | None:
-    """`parallelize_module(model, ...)` of the model `built` binds, in its function."""
+def _tensor_parallel(facts: ModuleFacts, built: Binding, model: str) -> cst.Call | None:
+    """`parallelize_module(model, ...)` in the function that builds `model`."""
     return next((site.call for site in facts.calls
                  if site.function is built.function and site.call.args
                  and facts.imports.resolve(site.call.func) == _TENSOR_PARALLEL
-                 and dotted(site.call.args[0].value) == built.keys[0]), None)
+                 and dotted(site.call.args[0].value) == model), None)
 
 
 def _built(
     facts: ModuleFacts, build: OptimizerBuild, model: str
 ) -> tuple[Binding | None, str]:
     """The binding that builds `model` before `build` in the same function, past the wraps
-    of a named model (`model = torch.compile(model)`, `ddp_model = DDP(model)`: `model`'s),
-    or None and why there is none."""
+    of a named model (`model = torch.compile(model)`, `ddp_model = DDP(model)`: `model`'s);
+    else None and why there is none. `model` comes back as the name the binding builds."""
+    if model == "self":
+        return None, f"`{build.optimizer}` trains `self`, a model its caller builds"
     bindings = facts.bindings[:facts.bindings.index(build.binding)]
     for binding in reversed(bindings):
-        if binding.keys != (model,) or binding.function is not build.binding.function:
+        if model not in binding.keys or binding.function is not build.binding.function:
             continue
-        wrapper = _wrapper(facts, binding.value)
+        value = _value_of(binding, model)
+        wrapper = _wrapper(facts, value)
         if wrapper is None:
-            return binding, ""
-        arguments = binding.value.args if isinstance(binding.value, cst.Call) else ()
+            return binding, model
+        arguments = value.args if isinstance(value, cst.Call) else ()
         wrapped = dotted(arguments[0].value) if arguments else None
         if wrapped is None:
             return None, f"`{model}` is built inside `{wrapper}(...)`"
@@ -141,12 +149,23 @@ def _built(
     return None, f"`{model}` is not built where `{build.optimizer}` is"
 
 
+def _value_of(binding: Binding, key: str) -> cst.BaseExpression:
+    """What `binding` assigns to `key`: its element of `a, b = x, y`, else the whole value."""
+    value = binding.value
+    if len(binding.keys) > 1 and isinstance(value, cst.Tuple | cst.List) and len(
+            value.elements) == len(binding.keys):
+        return value.elements[binding.keys.index(key)].value
+    return value
+
+
 def _wrapper(facts: ModuleFacts, value: cst.BaseExpression) -> str | None:
-    """The wrapper `value` calls (`torch.compile`, DDP, FSDP), else None."""
+    """The wrapper `value` calls (`torch.compile`, DDP, FSDP) as the script spells it, else
+    None."""
     if not isinstance(value, cst.Call):
         return None
     name = facts.imports.resolve(value.func) or facts.module.code_for_node(value.func)
-    return name if name.rsplit(".", 1)[-1] in _WRAPPERS else None
+    return (facts.module.code_for_node(value.func)
+            if name.rsplit(".", 1)[-1] in _WRAPPERS else None)
 
 
 def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
@@ -158,8 +177,8 @@ def _plan(ctx: RuleContext, analysis: ModuleAnalysis) -> None:
         block, index = ctx.facts.position(conversion.built)
         ctx.plan.inserts.append(Insert(block, index + 1, [ctx.parse_statement(code)]))
         ctx.notes.append(Note(FLOAT8_CONVERSION, conversion.built,
-                              f"`{code}` added where the model is built: float8 linear "
-                              "layers where the GPU has them, bfloat16 elsewhere"))
+                              f"`{code}` added right after the model is built: float8 "
+                              "linear layers where the GPU has them, bfloat16 elsewhere"))
     for site, why in plan.refused:
         ctx.notes.append(Note(FLOAT8_NOT_CONVERTED, site, why))
 
