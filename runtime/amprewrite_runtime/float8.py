@@ -46,7 +46,7 @@ def float8_training(model: M, *, fsdp: bool = False) -> M:
         return model
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    takes = float8_filter(model)
+    takes = _float8_filter(model)
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     converted = sum(takes(m, "") for m in linears)
     if not converted:
@@ -63,7 +63,7 @@ def float8_training(model: M, *, fsdp: bool = False) -> M:
     return model
 
 
-def float8_filter(model: nn.Module) -> Callable[[nn.Module, str], bool]:
+def _float8_filter(model: nn.Module) -> Callable[[nn.Module, str], bool]:
     """torchao's `module_filter_fn` for `model`: whether a linear layer trains in float8."""
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     kept = {id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention)}
@@ -90,7 +90,7 @@ def precompute_scales(optimizer: torch.optim.Optimizer) -> None:
             precompute_float8_dynamic_scale_for_fsdp(model)
 
 
-def float8_device() -> bool:
+def _float8_device() -> bool:
     """Whether training here runs on a GPU with float8 tensor cores."""
     return (current_policy().device_type() == "cuda" and torch.cuda.is_available()
             and torch.cuda.get_device_capability() >= FLOAT8_CAPABILITY)
@@ -109,7 +109,7 @@ def _choice() -> tuple[bool, str]:
             raise RuntimeError(f"{ENV_DTYPE}=float8 needs torchao: "
                                "pip install 'amprewrite[float8]' (or torchao)")
         return False, "torchao is not installed (pip install 'amprewrite[float8]')"
-    fast = float8_device()
+    fast = _float8_device()
     if not fast and not forced:
         return False, _no_float8_device()
     return not fast, ""
