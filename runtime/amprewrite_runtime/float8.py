@@ -50,8 +50,9 @@ def float8_training(model: M, *, fsdp: bool = False) -> M:
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     converted = sum(takes(m, "") for m in linears)
     if not converted:
-        _say(f"bfloat16, not float8: none of the {len(linears)} linear layers can take it "
-             "(dimensions divisible by 16, not the output head)")
+        _say(f"bfloat16, not float8: none of the model's {len(linears)} linear layers can take "
+             "it (dimensions divisible by 16, not the output head)" if linears else
+             "bfloat16, not float8: the model has no linear layer")
         return model
     config = Float8LinearConfig(emulate=emulate, enable_fsdp_float8_all_gather=fsdp)
     model = convert_to_float8_training(model, module_filter_fn=takes, config=config)
@@ -103,7 +104,8 @@ def _choice() -> tuple[bool, str]:
     if policy.opt_level() != "O1":
         return False, f"opt level {policy.opt_level()} (float8 training is O1's)"
     if forced is False:
-        return False, f"{ENV_DTYPE} asks for {policy.low_precision_dtype()}"
+        dtype = str(policy.low_precision_dtype()).removeprefix("torch.")
+        return False, f"{ENV_DTYPE} asks for {dtype}"
     if importlib.util.find_spec("torchao") is None:
         if forced:
             raise RuntimeError(f"{ENV_DTYPE}=float8 needs torchao: "

@@ -84,7 +84,7 @@ def test_forced_float8_trains_and_its_checkpoint_loads_in_float32(
 
 
 @pytest.mark.parametrize(("variable", "value", "reason"), [
-    (policy.ENV_DTYPE, "bfloat16", "AMPREWRITE_DTYPE asks for torch.bfloat16"),
+    (policy.ENV_DTYPE, "bfloat16", "AMPREWRITE_DTYPE asks for bfloat16"),
     (policy.ENV_OPT_LEVEL, "O0", "opt level O0"),
 ])
 def test_another_choice_in_the_environment_leaves_the_model(
@@ -116,7 +116,17 @@ def test_a_model_without_float8_sized_layers_stays_bfloat16(
     policy.reset_policy()
     model = float8_training(nn.Sequential(nn.Linear(10, 12), nn.ReLU(), nn.Linear(12, 3)))
     assert not _converted(model)
-    assert "none of the 2 linear layers can take it" in capsys.readouterr().err
+    assert "none of the model's 2 linear layers can take it" in capsys.readouterr().err
+
+
+def test_a_model_without_linear_layers_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(policy.ENV_DTYPE, "float8")
+    policy.reset_policy()
+    model = nn.Conv1d(4, 16, 3)
+    assert float8_training(model) is model
+    assert "bfloat16, not float8: the model has no linear layer" in capsys.readouterr().err
 
 
 def test_fsdp_models_get_their_scales_precomputed_after_each_step(
