@@ -128,7 +128,7 @@ FRAMEWORK_FLOAT8 = declare(
     "With `--dtype float8` a framework's precision switch gets bfloat16 (what float8 training "
     "computes the rest of the model in); float8 itself is the framework's own setting, which "
     "needs a GPU with float8 tensor cores (compute capability 8.9 or newer): Accelerate's "
-    "`Accelerator(mixed_precision=\"fp8\", kwarg_handlers=[AORecipeKwargs()])` (torchao), the "
+    "`Accelerator(mixed_precision=\"fp8\", kwargs_handlers=[AORecipeKwargs()])` (torchao), the "
     "Hugging Face Trainer's `accelerate launch --mixed_precision fp8` with "
     "`ACCELERATE_FP8_BACKEND=AO`, Lightning's `precision=\"transformer-engine\"` "
     "(TransformerEngine; or `model = float8_training(model)` where the LightningModule is "
@@ -137,13 +137,13 @@ FRAMEWORK_FLOAT8 = declare(
     example=(
         "accelerator = Accelerator(mixed_precision=accelerate_mixed_precision(\"bfloat16\"))\n"
         "# AMP431 for float8: Accelerator(mixed_precision=\"fp8\", "
-        "kwarg_handlers=[AORecipeKwargs()])"
+        "kwargs_handlers=[AORecipeKwargs()])"
     ),
 )
 
 _FLOAT8_SETTINGS = {  # the framework's own float8 setting, by its runtime helper or name
     "accelerate_mixed_precision": (
-        '`Accelerator(mixed_precision="fp8", kwarg_handlers=[AORecipeKwargs()])` '
+        '`Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs()])` '
         "(`from accelerate.utils import AORecipeKwargs`: torchao's float8)"),
     "lightning_precision": (
         '`precision="transformer-engine"` (TransformerEngine installed), or '
