@@ -6,6 +6,7 @@ ranks trains with float8 all-gather and the per-step scale precompute."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -103,3 +104,26 @@ def test_fsdp2_trains_in_float8_on_two_gloo_ranks() -> None:
     assert float8[-1] < float8[0]
     for low in (bf16, float8):
         assert low[-1] == pytest.approx(fp32[-1], rel=0.15)
+
+
+def test_accelerate_trains_with_its_torchao_float8_recipe() -> None:
+    """`accelerate_mixed_precision("float8")` and `accelerate_float8_handlers()`: Accelerate's
+    own float8 (torchao) where float8 is forced, bfloat16 by default on this CPU."""
+    if importlib.util.find_spec("accelerate") is None:
+        message = "accelerate not installed: pip install -r tests/requirements-frameworks.txt"
+        if os.environ.get("AMPREWRITE_REQUIRE_FRAMEWORKS"):
+            pytest.fail(message)
+        pytest.skip(message)
+    directory = FIXTURES_DIR / "float8_accelerate"
+    fp32, default, float8 = run_scripts([
+        Job.of(directory / "input.py"), Job.of(directory / "expected_O1_float8.py"),
+        Job.of(directory / "expected_O1_float8.py", env=FLOAT8_ENV)])
+    for run in (fp32, default, float8):
+        assert run.ok and run.losses, run.explain()
+    assert "amprewrite: float8 (Accelerate's torchao recipe, emulated" in float8.stderr
+    assert _float8_forwards(float8) > 0 and _float8_forwards(default) == 0
+    assert BFLOAT16 in float8.train_dtypes and BFLOAT16 in default.train_dtypes
+    assert len(float8.losses) == len(fp32.losses) == 64 and float8.losses != default.losses
+    for low in (default, float8):
+        assert low.losses[-1] == pytest.approx(fp32.losses[-1], rel=0.15)
+        assert low.losses[-1] < 0.3 * low.losses[0]

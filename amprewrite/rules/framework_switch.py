@@ -125,26 +125,28 @@ AUTHORS_SWITCH_KEPT = declare(
 
 FRAMEWORK_FLOAT8 = declare(
     "AMP431", NOTE, "float8 is the framework's to switch on",
-    "With `--dtype float8` a framework's precision switch gets bfloat16 (what float8 training "
-    "computes the rest of the model in); float8 itself is the framework's own setting, which "
-    "needs a GPU with float8 tensor cores (compute capability 8.9 or newer): Accelerate's "
-    "`Accelerator(mixed_precision=\"fp8\", kwargs_handlers=[AORecipeKwargs()])` (torchao), the "
-    "Hugging Face Trainer's `accelerate launch --mixed_precision fp8` with "
-    "`ACCELERATE_FP8_BACKEND=AO`, Lightning's `precision=\"transformer-engine\"` "
-    "(TransformerEngine; or `model = float8_training(model)` where the LightningModule is "
-    "built). DeepSpeed configs have no float8 section.",
-    why="`--dtype float8` on a file whose framework owns precision.",
+    "With `--dtype float8` an `Accelerator` gets Accelerate's torchao float8 recipe "
+    "(`mixed_precision=accelerate_mixed_precision(\"float8\"), kwargs_handlers="
+    "accelerate_float8_handlers()`: fp8 where float8 is chosen at run time, else bf16). Other "
+    "frameworks' switches, and an `Accelerator` given `kwargs_handlers` of its own, get "
+    "bfloat16; float8 is then their own setting, for a GPU with float8 tensor cores (compute "
+    "capability 8.9 or newer): `AORecipeKwargs()` among the Accelerator's `kwargs_handlers` "
+    "with `mixed_precision=\"fp8\"`, the Hugging Face Trainer's `accelerate launch "
+    "--mixed_precision fp8` with `ACCELERATE_FP8_BACKEND=AO`, Lightning's "
+    "`precision=\"transformer-engine\"` (TransformerEngine; or `model = float8_training(model)` "
+    "where the LightningModule is built). DeepSpeed configs have no float8 section.",
+    why="`--dtype float8` on a file whose framework owns precision, where no float8 recipe is "
+        "written.",
     example=(
-        "accelerator = Accelerator(mixed_precision=accelerate_mixed_precision(\"bfloat16\"))\n"
-        "# AMP431 for float8: Accelerator(mixed_precision=\"fp8\", "
-        "kwargs_handlers=[AORecipeKwargs()])"
+        "trainer = L.Trainer(precision=lightning_precision(\"bfloat16\"))\n"
+        "# AMP431 for float8: precision=\"transformer-engine\""
     ),
 )
 
 _FLOAT8_SETTINGS = {  # the framework's own float8 setting, by its runtime helper or name
-    "accelerate_mixed_precision": (
-        '`Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs()])` '
-        "(`from accelerate.utils import AORecipeKwargs`: torchao's float8)"),
+    "accelerate_mixed_precision": (  # an Accelerator with kwargs_handlers of its own
+        '`AORecipeKwargs()` (`accelerate.utils`, torchao\'s float8) among its `kwargs_handlers`, '
+        'with `mixed_precision="fp8"`'),
     "lightning_precision": (
         '`precision="transformer-engine"` (TransformerEngine installed), or '
         "`model = float8_training(model)` where the LightningModule is built"),
@@ -155,7 +157,8 @@ _FLOAT8_THROUGH_ACCELERATE = ("`accelerate launch --mixed_precision fp8` with "
 
 _PREFERS_BFLOAT16 = "prefers_bfloat16"  # the runtime's run-time choice (earlier rewrites)
 _FLAG_HELPER = "mixed_precision_flag"  # the runtime's choice of a flag or a config section
-_HELPERS = ("accelerate_mixed_precision", "lightning_precision", _FLAG_HELPER)
+_FLOAT8_HANDLERS = "accelerate_float8_handlers"  # Accelerate's torchao recipe, for float8
+_HELPERS = ("accelerate_mixed_precision", "lightning_precision", _FLAG_HELPER, _FLOAT8_HANDLERS)
 _PLAIN_CHOICE = ("use_bf16", "amp_use_bf16")  # the plain style's module-level choice
 
 
@@ -197,18 +200,31 @@ def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> 
             continue
         if spelling is None:
             spelling = _spelling(ctx, settings)
-        items = _new_items(ctx, switch, dtype, spelling)
+        float8 = _float8_recipe(ctx, switch)
+        items = _new_items(ctx, switch, "float8" if float8 else dtype, spelling)
         _append(ctx, switch.node, items)
         added = ", ".join(ctx.facts.module.code_for_node(i) for i in items)
         what = (f"the {switch.framework}" if isinstance(switch.node, cst.Dict)
                 else f"`{switch.framework}(...)`")
         ctx.notes.append(Note(FRAMEWORK_SWITCHED_ON, switch.node,
                               f"{what} owns precision: `{added}` added (no hand-made scaler)"))
-        if ctx.options.dtype == "float8":
+        if ctx.options.dtype == "float8" and not float8:
             ctx.notes.append(Note(FRAMEWORK_FLOAT8, switch.node, _float8_message(switch)))
     for hidden in settings.hidden:
         ctx.notes.append(Note(FRAMEWORK_SETTING_OUT_OF_SIGHT, hidden.node,
                               _hidden_message(hidden, dtype)))
+
+
+def _float8_recipe(ctx: RuleContext, switch: PrecisionSwitch) -> bool:
+    """Whether `switch` gets Accelerate's float8 recipe (`--dtype float8` on an `Accelerator`
+    without `kwargs_handlers` of its own): `mixed_precision=accelerate_mixed_precision(
+    "float8"), kwargs_handlers=accelerate_float8_handlers()`."""
+    return (ctx.options.dtype == "float8" and switch.current is None
+            and isinstance(switch.switch, ValueSwitch)
+            and switch.switch.helper == "accelerate_mixed_precision"
+            and isinstance(switch.node, cst.Call) and not any(
+                (a.keyword is not None and a.keyword.value == "kwargs_handlers") or a.star
+                for a in switch.node.args))
 
 
 def _float8_message(switch: PrecisionSwitch) -> str:
@@ -283,7 +299,9 @@ def _spelling(ctx: RuleContext, settings: FrameworkSettings) -> _Spelling:
     dtype = ctx.options.autocast_dtype
     if not ctx.options.plain:
         wanted = sorted({_helper(switch.switch) for switch in settings.switches
-                         if switch.current is None})
+                         if switch.current is None} | ({_FLOAT8_HANDLERS} if any(
+                             _float8_recipe(ctx, switch) for switch in settings.switches)
+                             else set()))
         code, local = runtime_import(ctx.facts, wanted, ctx.names)
         ctx.style.imports.append(code)
         return _Spelling(helpers=local)
@@ -330,7 +348,10 @@ def _item_codes(
     at run time. Flags hold only where `gpu` (the expression telling a GPU is there) does;
     `on_cpu`: bfloat16, the Trainer's CPU dtype."""
     if isinstance(switch, ValueSwitch):
-        return [f"{switch.keyword}={_value(switch, dtype, spelling)}"]
+        value = [f"{switch.keyword}={_value(switch, dtype, spelling)}"]
+        if dtype == "float8" and spelling.helpers is not None:
+            value.append(f"kwargs_handlers={spelling.helpers[_FLOAT8_HANDLERS]}()")
+        return value
     names = switch.flags if isinstance(switch, FlagSwitch) else switch.sections
     if on_cpu:
         dtype = "bfloat16"
@@ -457,6 +478,9 @@ def _forms_written(facts: ModuleFacts) -> Iterator[str]:
                 yield from codes
             if spelling.helpers:
                 yield from _item_codes(switch, None, spelling, on_cpu=True)
+                if isinstance(switch, ValueSwitch) and switch.helper == (
+                        "accelerate_mixed_precision"):
+                    yield from _item_codes(switch, "float8", spelling)  # --dtype float8
         yield from _earlier_forms(facts, switch, gpu)
 
 

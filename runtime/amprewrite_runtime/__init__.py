@@ -19,6 +19,7 @@ from amprewrite_runtime.autocast import autocast, custom_bwd, custom_fwd
 from amprewrite_runtime.casting import to_float32
 from amprewrite_runtime.float8 import float8_training
 from amprewrite_runtime.frameworks import (
+    accelerate_float8_handlers,
     accelerate_mixed_precision,
     lightning_precision,
     mixed_precision_flag,
@@ -40,6 +41,7 @@ seed_from_environment()  # `amprewrite compare`'s two runs start alike (AMPREWRI
 
 __all__ = [
     "GradScaler",
+    "accelerate_float8_handlers",
     "accelerate_mixed_precision",
     "autocast",
     "current_policy",

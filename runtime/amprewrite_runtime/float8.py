@@ -40,10 +40,9 @@ def float8_training(model: M, *, fsdp: bool = False) -> M:
     """`model` with its linear layers converted to float8 training where float8 is chosen
     here (see the module docstring), else `model` as it is; `fsdp`: it is then sharded by
     `fully_shard` (float8 all-gather)."""
-    emulate, reason = _choice()
-    if reason:
-        _say(f"bfloat16, not float8: {reason}")
+    if not float8_chosen():
         return model
+    emulate = float8_emulated()
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     takes = _float8_filter(model)
@@ -91,30 +90,43 @@ def precompute_scales(optimizer: torch.optim.Optimizer) -> None:
             precompute_float8_dynamic_scale_for_fsdp(model)
 
 
+def float8_chosen(*, quiet: bool = False) -> bool:
+    """Whether float8 is chosen here (see the module docstring), saying why not when not
+    (unless `quiet`)."""
+    reason = _not_chosen()
+    if reason and not quiet:
+        _say(f"bfloat16, not float8: {reason}")
+    return not reason
+
+
+def float8_emulated() -> bool:
+    """Whether float8 is emulated here: forced on a device without float8 matrix multiplies."""
+    return not _float8_device()
+
+
 def _float8_device() -> bool:
     """Whether training here runs on a GPU with float8 tensor cores."""
     return (current_policy().device_type() == "cuda" and torch.cuda.is_available()
             and torch.cuda.get_device_capability() >= FLOAT8_CAPABILITY)
 
 
-def _choice() -> tuple[bool, str]:
-    """Whether float8 is emulated, and why it is not used (empty: it is)."""
+def _not_chosen() -> str:
+    """Why float8 is not used here; empty: it is."""
     policy = current_policy()
     forced = policy.overrides.float8
     if policy.opt_level() != "O1":
-        return False, f"opt level {policy.opt_level()} (float8 training is O1's)"
+        return f"opt level {policy.opt_level()} (float8 training is O1's)"
     if forced is False:
         dtype = str(policy.low_precision_dtype()).removeprefix("torch.")
-        return False, f"{ENV_DTYPE} asks for {dtype}"
+        return f"{ENV_DTYPE} asks for {dtype}"
     if importlib.util.find_spec("torchao") is None:
         if forced:
             raise RuntimeError(f"{ENV_DTYPE}=float8 needs torchao: "
                                "pip install 'amprewrite[float8]' (or torchao)")
-        return False, "torchao is not installed (pip install 'amprewrite[float8]')"
-    fast = _float8_device()
-    if not fast and not forced:
-        return False, _no_float8_device()
-    return not fast, ""
+        return "torchao is not installed (pip install 'amprewrite[float8]')"
+    if not forced and not _float8_device():
+        return _no_float8_device()
+    return ""
 
 
 def _no_float8_device() -> str:

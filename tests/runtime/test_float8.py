@@ -145,3 +145,26 @@ def test_fsdp_models_get_their_scales_precomputed_after_each_step(
     for optimizer in (torch.optim.SGD(other.parameters()), torch.optim.SGD(model.parameters())):
         scaler.step(optimizer)
     assert precomputed == [model]
+
+
+@pytest.mark.parametrize(("environment", "precision", "recipe"), [
+    ({}, "bf16", False),
+    ({policy.ENV_DTYPE: "float8"}, "fp8", True),
+    ({policy.ENV_DTYPE: "float8", policy.ENV_OPT_LEVEL: "O0"}, "no", False),
+    ({policy.ENV_DTYPE: "float8", "ACCELERATE_MIXED_PRECISION": "bf16"}, None, False),
+])
+def test_accelerate_gets_its_float8_recipe_where_float8_is_chosen(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], precision: str | None,
+    recipe: bool,
+) -> None:
+    pytest.importorskip("accelerate")
+    from accelerate.utils import AORecipeKwargs
+    from amprewrite_runtime import accelerate_float8_handlers, accelerate_mixed_precision
+
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    policy.reset_policy()
+    assert accelerate_mixed_precision("float8") == precision
+    handlers = accelerate_float8_handlers()
+    assert [type(h) for h in handlers] == ([AORecipeKwargs] if recipe else [])
+    assert not handlers or handlers[0].config.emulate  # no float8 matrix multiplies here
