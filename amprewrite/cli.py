@@ -57,7 +57,8 @@ def _explain(ctx: click.Context, parameter: click.Parameter, value: str | None) 
                    "weights, O3 pure low precision.")
 @click.option("--dtype", type=click.Choice(DTYPES), default=None,
               help="Low-precision dtype (default: chosen at run time, bfloat16 where "
-                   "the machine has it, else float16).")
+                   "the machine has it, else float16). float8: bfloat16 plus torchao's "
+                   "float8 linear layers where the GPU has them (O1).")
 @click.option("--keep-batchnorm-fp32/--no-keep-batchnorm-fp32", default=None,
               help="O2/O3: keep batchnorm weights in FP32 (default: on for O2, off for O3).")
 @click.option("--master-weights/--no-master-weights", default=None,

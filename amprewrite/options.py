@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
-DTYPES = ("float16", "bfloat16")
+DTYPES = ("float16", "bfloat16", "float8")
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,9 @@ class Options:
     """How to rewrite: opt level, dtype, style and apex-style property overrides."""
 
     opt_level: str = "O1"
-    dtype: str | None = None  # None: chosen at run time (bfloat16 where the machine has it)
+    # None: chosen at run time (bfloat16 where the machine has it); float8: bfloat16 autocast
+    # over float8 linear layers, where the GPU has them (`float8_training(model)`)
+    dtype: str | None = None
     plain: bool = False  # emit torch.amp only, no runtime import
     keep_batchnorm_fp32: bool | None = None  # None: the opt level's default
     master_weights: bool | None = None
@@ -38,6 +40,11 @@ class Options:
         return self.opt_level in ("O2", "O3")
 
     @property
+    def autocast_dtype(self) -> str | None:
+        """The dtype autocast computes in: float8 training's is bfloat16."""
+        return "bfloat16" if self.dtype == "float8" else self.dtype
+
+    @property
     def uses_master_weights(self) -> bool:
         default = self.opt_level == "O2"
         return self.master_weights if self.master_weights is not None else default
@@ -59,6 +66,10 @@ def validate(options: Options) -> str | None:
             return f"--loss-scale must be positive, not {options.loss_scale}"
     if level == "O0":
         return _o0_problem(options)
+    if options.dtype == "float8" and (level != "O1" or options.plain):
+        return ("float8 training is O1 with the runtime: bfloat16 autocast over float8 linear "
+                "layers that `float8_training(model)` converts where the GPU has them "
+                "(--opt-level O2/O3 and --plain cannot apply)")
     if level == "O1":
         if options.master_weights:
             return ("O1 inserts casts around torch functions rather than casting model weights: "

@@ -18,6 +18,7 @@ STYLES: dict[str, Options] = {
     "O0": Options(opt_level="O0"),
     "O1_reproducible": Options(opt_level="O1", reproducible=True, seed=1234),
     "O1_float16": Options(opt_level="O1", dtype="float16"),  # --dtype given: no run-time choice
+    "O1_float8": Options(opt_level="O1", dtype="float8"),  # float8 linear layers over bfloat16
 }
 
 

@@ -158,7 +158,7 @@ def test_exit_code_matrix(
         (["--plain", "--opt-level", "O3"], "(model casting and master weights need the runtime)"),
         (["-q", "-v"], "cannot be combined"),
         (["--opt-level", "O9"], "Invalid value for '--opt-level'"),
-        (["--dtype", "float8"], "Invalid value for '--dtype'"),
+        (["--dtype", "float4"], "Invalid value for '--dtype'"),
         (["--no-such-option"], "No such option"),
     ],
 )
@@ -566,6 +566,8 @@ def test_python_dash_m_entry_point(training: Path) -> None:
         (["--plain", "--loss-scale", "64"], "dynamic loss scaling only"),
         (["--loss-scale", "-1"], "must be positive"),
         (["--loss-scale", "lots"], "'dynamic' or a positive number"),
+        (["--dtype", "float8", "--plain"], "float8 training is O1 with the runtime"),
+        (["--dtype", "float8", "--opt-level", "O2"], "float8 training is O1 with the runtime"),
     ],
 )
 def test_invalid_opt_level_combinations_are_refused(
@@ -587,6 +589,7 @@ def test_invalid_opt_level_combinations_are_refused(
          'GradScaler("O2", master_weights=False, loss_scale=512.0)'),
         (["--loss-scale", "128"], "GradScaler(loss_scale=128.0)"),
         (["--dtype", "float16"], 'GradScaler(dtype="float16")'),
+        (["--dtype", "float8"], 'GradScaler(dtype="bfloat16")'),
     ],
 )
 def test_opt_level_properties_reach_the_scaler(
@@ -596,3 +599,14 @@ def test_opt_level_properties_reach_the_scaler(
     rewritten = training.read_text()
     assert f"scaler = {constructor}\n" in rewritten
     assert ("scaler.initialize(model, optimizer)" in rewritten) == ("O2" in flags or "O3" in flags)
+    assert ("model = float8_training(model)\n" in rewritten) == ("float8" in flags)
+
+
+def test_float8_from_the_configuration_converts_the_model(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.amprewrite]\ndtype = "float8"\n')
+    [training] = _files(tmp_path, {"train.py": TRAINING})
+    code, _, err = _run(str(training))
+    assert code == 1 and "AMP180" in err
+    rewritten = training.read_text()
+    assert "model = nn.Linear(4, 2)\nmodel = float8_training(model)\n" in rewritten
+    assert 'with autocast(dtype="bfloat16"):' in rewritten

@@ -16,7 +16,7 @@ import libcst as cst
 
 from amprewrite.analysis.autocast_values import turns_off
 from amprewrite.analysis.dtype.views import AUTOCASTS
-from amprewrite.analysis.facts import ModuleFacts, Statement
+from amprewrite.analysis.facts import Binding, ModuleFacts, Statement
 from amprewrite.analysis.names import dotted
 from amprewrite.analysis.scaler_home import SCALER_NAME
 from amprewrite.analysis.tree import descendants
@@ -95,6 +95,8 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
                 value.func) == "amprewrite_runtime.enable_reproducibility":
             usage.seeding.update(binding.keys)
             _delete(usage, binding.statement, value)
+        elif _is_float8_conversion(binding, facts):  # `model = float8_training(model)`
+            _delete(usage, binding.statement, value)
     devices = _autocast_devices(facts)
     usage.ours = any((facts.imports.resolve(call.func) or "").startswith("amprewrite_runtime.")
                      or (call.args and dotted(call.args[0].value) in devices)
@@ -151,6 +153,14 @@ def amp_usage(facts: ModuleFacts) -> AmpUsage:
                 and statement.orelse is None and all(s in deleted for s in statement.body.body)):
             usage.statements.append(statement)
     return usage
+
+
+def _is_float8_conversion(binding: Binding, facts: ModuleFacts) -> bool:
+    """`model = float8_training(model, ...)`, as the float8 rule writes it."""
+    value = binding.value
+    return (isinstance(value, cst.Call) and bool(value.args)
+            and facts.imports.resolve(value.func) == "amprewrite_runtime.float8_training"
+            and binding.keys == (dotted(value.args[0].value),))
 
 
 def _fsdp_policies(facts: ModuleFacts, usage: AmpUsage) -> None:

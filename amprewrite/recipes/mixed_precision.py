@@ -36,6 +36,7 @@ from amprewrite.rules import (
     custom_functions,
     distributions,
     escapes,
+    float8,
     float16_constants,
     float32_arguments,
     fsdp_policy,
@@ -81,6 +82,7 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         and any(not escape.floating for escape in analysis.escapes.casts),
         fsdp_policy=fsdp_policy.wants_policies(analysis, options)
         and any(wrap.current is None for wrap in analysis.sharding_wraps),
+        float8=bool(float8.float8_plan(analysis, options).conversions),
     )
     names = FreshNames(facts.names)
     optional_apex = analysis.amp_in_training.optional_apex
@@ -233,6 +235,7 @@ MIXED_PRECISION = Recipe(
         custom_functions.RULE,
         scaler_creation.RULE,
         scaler_threading.RULE,
+        float8.RULE,
         fsdp_policy.RULE,
         model_casting.RULE,
         loss_scaling.RULE,

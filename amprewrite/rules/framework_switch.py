@@ -123,9 +123,42 @@ AUTHORS_SWITCH_KEPT = declare(
     example="trainer = L.Trainer(max_epochs=3, precision=\"16-mixed\")   # kept at O0",
 )
 
+FRAMEWORK_FLOAT8 = declare(
+    "AMP431", NOTE, "float8 is the framework's to switch on",
+    "With `--dtype float8` an `Accelerator` gets Accelerate's torchao float8 recipe "
+    "(`mixed_precision=accelerate_mixed_precision(\"float8\"), kwargs_handlers="
+    "accelerate_float8_handlers()`: fp8 where float8 is chosen at run time, else bf16). Other "
+    "frameworks' switches, and an `Accelerator` given `kwargs_handlers` of its own, get "
+    "bfloat16; float8 is then their own setting, for a GPU with float8 tensor cores (compute "
+    "capability 8.9 or newer): `AORecipeKwargs()` among the Accelerator's `kwargs_handlers` "
+    "with `mixed_precision=\"fp8\"`, the Hugging Face Trainer's `accelerate launch "
+    "--mixed_precision fp8` with `ACCELERATE_FP8_BACKEND=AO`, Lightning's "
+    "`precision=\"transformer-engine\"` (TransformerEngine; or `model = float8_training(model)` "
+    "where the LightningModule is built). DeepSpeed configs have no float8 section.",
+    why="`--dtype float8` on a file whose framework owns precision, where no float8 recipe is "
+        "written.",
+    example=(
+        "trainer = L.Trainer(precision=lightning_precision(\"bfloat16\"))\n"
+        "# AMP431 for float8: precision=\"transformer-engine\""
+    ),
+)
+
+_FLOAT8_SETTINGS = {  # the framework's own float8 setting, by its runtime helper or name
+    "accelerate_mixed_precision": (  # an Accelerator with kwargs_handlers of its own
+        '`AORecipeKwargs()` (`accelerate.utils`, torchao\'s float8) among its `kwargs_handlers`, '
+        'with `mixed_precision="fp8"`'),
+    "lightning_precision": (
+        '`precision="transformer-engine"` (TransformerEngine installed), or '
+        "`model = float8_training(model)` where the LightningModule is built"),
+    "DeepSpeed config": "none: DeepSpeed configs have no float8 section",
+}
+_FLOAT8_THROUGH_ACCELERATE = ("`accelerate launch --mixed_precision fp8` with "
+                              "`ACCELERATE_FP8_BACKEND=AO` (torchao's float8)")
+
 _PREFERS_BFLOAT16 = "prefers_bfloat16"  # the runtime's run-time choice (earlier rewrites)
 _FLAG_HELPER = "mixed_precision_flag"  # the runtime's choice of a flag or a config section
-_HELPERS = ("accelerate_mixed_precision", "lightning_precision", _FLAG_HELPER)
+_FLOAT8_HANDLERS = "accelerate_float8_handlers"  # Accelerate's torchao recipe, for float8
+_HELPERS = ("accelerate_mixed_precision", "lightning_precision", _FLAG_HELPER, _FLOAT8_HANDLERS)
 _PLAIN_CHOICE = ("use_bf16", "amp_use_bf16")  # the plain style's module-level choice
 
 
@@ -144,7 +177,7 @@ class _Spelling:
 
 
 def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> None:
-    dtype = ctx.options.dtype
+    dtype = ctx.options.autocast_dtype
     spelling: _Spelling | None = None
     # where the script sets one of a framework's switches itself, the others it leaves unset
     # are its choice too (a benchmark's FP32 baseline beside `Accelerator(mixed_precision=
@@ -167,16 +200,39 @@ def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> 
             continue
         if spelling is None:
             spelling = _spelling(ctx, settings)
-        items = _new_items(ctx, switch, dtype, spelling)
+        float8 = _float8_recipe(ctx, switch)
+        items = _new_items(ctx, switch, "float8" if float8 else dtype, spelling)
         _append(ctx, switch.node, items)
         added = ", ".join(ctx.facts.module.code_for_node(i) for i in items)
         what = (f"the {switch.framework}" if isinstance(switch.node, cst.Dict)
                 else f"`{switch.framework}(...)`")
         ctx.notes.append(Note(FRAMEWORK_SWITCHED_ON, switch.node,
                               f"{what} owns precision: `{added}` added (no hand-made scaler)"))
+        if ctx.options.dtype == "float8" and not float8:
+            ctx.notes.append(Note(FRAMEWORK_FLOAT8, switch.node, _float8_message(switch)))
     for hidden in settings.hidden:
         ctx.notes.append(Note(FRAMEWORK_SETTING_OUT_OF_SIGHT, hidden.node,
                               _hidden_message(hidden, dtype)))
+
+
+def _float8_recipe(ctx: RuleContext, switch: PrecisionSwitch) -> bool:
+    """Whether `switch` gets Accelerate's float8 recipe (`--dtype float8` on an `Accelerator`
+    without `kwargs_handlers` of its own): `mixed_precision=accelerate_mixed_precision(
+    "float8"), kwargs_handlers=accelerate_float8_handlers()`."""
+    return (ctx.options.dtype == "float8" and switch.current is None
+            and isinstance(switch.switch, ValueSwitch)
+            and switch.switch.helper == "accelerate_mixed_precision"
+            and isinstance(switch.node, cst.Call) and not any(
+                (a.keyword is not None and a.keyword.value == "kwargs_handlers") or a.star
+                for a in switch.node.args))
+
+
+def _float8_message(switch: PrecisionSwitch) -> str:
+    """What switches float8 on for `switch`'s framework, on a GPU with float8 tensor cores."""
+    helper = switch.switch.helper if isinstance(switch.switch, ValueSwitch) else None
+    how = _FLOAT8_SETTINGS.get(helper or switch.framework, _FLOAT8_THROUGH_ACCELERATE)
+    return ("`--dtype float8`: the switch gets bfloat16; float8 is the framework's own "
+            f"setting (a GPU with compute capability 8.9 or newer): {how}")
 
 
 def switch_off_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> None:
@@ -240,10 +296,12 @@ def _os_import_only_they_use(facts: ModuleFacts, removed: list[cst.CSTNode]
 def _spelling(ctx: RuleContext, settings: FrameworkSettings) -> _Spelling:
     """The style's spelling, its import or definition added to the style's header."""
     assert ctx.style is not None
-    dtype = ctx.options.dtype
+    dtype = ctx.options.autocast_dtype
     if not ctx.options.plain:
         wanted = sorted({_helper(switch.switch) for switch in settings.switches
-                         if switch.current is None})
+                         if switch.current is None} | ({_FLOAT8_HANDLERS} if any(
+                             _float8_recipe(ctx, switch) for switch in settings.switches)
+                             else set()))
         code, local = runtime_import(ctx.facts, wanted, ctx.names)
         ctx.style.imports.append(code)
         return _Spelling(helpers=local)
@@ -290,7 +348,10 @@ def _item_codes(
     at run time. Flags hold only where `gpu` (the expression telling a GPU is there) does;
     `on_cpu`: bfloat16, the Trainer's CPU dtype."""
     if isinstance(switch, ValueSwitch):
-        return [f"{switch.keyword}={_value(switch, dtype, spelling)}"]
+        value = [f"{switch.keyword}={_value(switch, dtype, spelling)}"]
+        if dtype == "float8" and spelling.helpers is not None:
+            value.append(f"kwargs_handlers={spelling.helpers[_FLOAT8_HANDLERS]}()")
+        return value
     names = switch.flags if isinstance(switch, FlagSwitch) else switch.sections
     if on_cpu:
         dtype = "bfloat16"
@@ -417,6 +478,9 @@ def _forms_written(facts: ModuleFacts) -> Iterator[str]:
                 yield from codes
             if spelling.helpers:
                 yield from _item_codes(switch, None, spelling, on_cpu=True)
+                if isinstance(switch, ValueSwitch) and switch.helper == (
+                        "accelerate_mixed_precision"):
+                    yield from _item_codes(switch, "float8", spelling)  # --dtype float8
         yield from _earlier_forms(facts, switch, gpu)
 
 
@@ -549,5 +613,6 @@ trainer.fit(model, loader)
 
 RULE = rule("framework-switch", (FRAMEWORK_SWITCHED_ON, FRAMEWORK_PRECISION_SET,
                                  FRAMEWORK_OWNS_PRECISION, FRAMEWORK_SETTING_OUT_OF_SIGHT,
-                                 FRAMEWORK_BYPASSED, AUTHORS_SWITCH_KEPT), _plan,
+                                 FRAMEWORK_BYPASSED, AUTHORS_SWITCH_KEPT, FRAMEWORK_FLOAT8),
+            _plan,
             examples=_FRAMEWORK_SWITCH_EXAMPLES, reports=(MIXED_PRECISION_REMOVED,))

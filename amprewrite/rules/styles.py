@@ -23,6 +23,7 @@ class Needs:
     reproducible: bool = False
     integer_safe_casts: bool = False  # a value that may be an integer tensor is cast
     fsdp_policy: bool = False  # FSDP wraps get a mixed-precision policy
+    float8: bool = False  # a model is converted to float8 training (`--dtype float8`)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Style:
     float32_cast: str = ""
     # the low-precision dtype FSDP policies are given (`low_precision_dtype()`); empty: none
     param_dtype: str = ""
+    float8_training: str = ""  # the local name of `float8_training`; empty: not imported
 
 
 def runtime_style(
@@ -50,15 +52,18 @@ def runtime_style(
     symbols = [name for name, used in (
         ("GradScaler", needs.scaler), ("autocast", needs.autocast),
         ("custom_bwd", needs.custom_functions), ("custom_fwd", needs.custom_functions),
-        ("enable_reproducibility", needs.reproducible), ("to_float32", needs.integer_safe_casts),
-        ("low_precision_dtype", needs.fsdp_policy and not options.dtype),
+        ("enable_reproducibility", needs.reproducible), ("float8_training", needs.float8),
+        ("to_float32", needs.integer_safe_casts),
+        ("low_precision_dtype", needs.fsdp_policy and not options.autocast_dtype),
     ) if used]
     import_code, local = runtime_import(facts, symbols, names)
     style = Style(imports=[import_code], seeding=local.get("enable_reproducibility", ""),
-                  float32_cast=local.get("to_float32", ""))
-    dtype = f'dtype="{options.dtype}"' if options.dtype else ""
+                  float32_cast=local.get("to_float32", ""),
+                  float8_training=local.get("float8_training", ""))
+    chosen = options.autocast_dtype
+    dtype = f'dtype="{chosen}"' if chosen else ""
     if needs.fsdp_policy:
-        style.param_dtype = (f"{torch_name(facts) or 'torch'}.{options.dtype}" if options.dtype
+        style.param_dtype = (f"{torch_name(facts) or 'torch'}.{chosen}" if chosen
                              else f"{local['low_precision_dtype']}()")
     if needs.autocast:
         style.autocast = f"{local['autocast']}({dtype})"
@@ -80,8 +85,8 @@ def _scaler_arguments(
     if carried is not None:
         return [*carried, *(["sharded=True"] if needs.sharded else [])]
     arguments = [] if options.opt_level == "O1" else [f'"{options.opt_level}"']
-    if options.dtype:
-        arguments.append(f'dtype="{options.dtype}"')
+    if options.autocast_dtype:
+        arguments.append(f'dtype="{options.autocast_dtype}"')
     for name in ("keep_batchnorm_fp32", "master_weights"):
         value = getattr(options, name)
         if value is not None:

@@ -21,10 +21,13 @@ traces the framework's optimizer steps (`framework_trace`).
 from __future__ import annotations
 
 import os
+import sys
+from typing import Any
 
 import torch
 
 from amprewrite_runtime import framework_trace
+from amprewrite_runtime.float8 import float8_chosen, float8_emulated
 from amprewrite_runtime.policy import as_dtype, current_policy
 
 ENV_ACCELERATE = "ACCELERATE_MIXED_PRECISION"
@@ -37,11 +40,30 @@ _FLAGS = {"bf16": "bfloat16", "fp16": "float16"}
 
 def accelerate_mixed_precision(dtype: str | None = None) -> str | None:
     """`Accelerator(mixed_precision=...)`: "no" at O0, None where `accelerate launch` or its
-    config chose, else "bf16" or "fp16"."""
-    chosen = _mixed_precision(dtype, ENV_ACCELERATE)
+    config chose, else "bf16" or "fp16"; "float8" asks for "fp8" where float8 is chosen here
+    (`float8.float8_chosen`, with `accelerate_float8_handlers()` beside it), else "bf16"."""
+    float8 = dtype == "float8"
+    chosen = _mixed_precision("bfloat16" if float8 else dtype, ENV_ACCELERATE)
     if chosen is None:
         return "no"
-    return None if chosen == "framework" else _ACCELERATE[chosen]
+    if chosen == "framework":
+        return None
+    return "fp8" if float8 and float8_chosen() else _ACCELERATE[chosen]
+
+
+def accelerate_float8_handlers() -> list[Any]:
+    """`Accelerator(kwargs_handlers=...)` beside `accelerate_mixed_precision("float8")`:
+    Accelerate's torchao float8 recipe where float8 is chosen here (emulated where the device
+    has no float8 matrix multiplies), else none."""
+    if os.environ.get(ENV_ACCELERATE) or not float8_chosen(quiet=True):
+        return []  # (O0 is not chosen either)
+    from accelerate.utils import AORecipeKwargs
+    from torchao.float8 import Float8LinearConfig
+
+    emulated = float8_emulated()
+    how = ", emulated: no float8 matrix multiplies on this device" if emulated else ""
+    print(f"amprewrite: float8 (Accelerate's torchao recipe{how})", file=sys.stderr, flush=True)
+    return [AORecipeKwargs(config=Float8LinearConfig(emulate=emulated))]
 
 
 def lightning_precision(dtype: str | None = None) -> str | None:

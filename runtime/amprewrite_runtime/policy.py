@@ -3,7 +3,8 @@
 Resolution order, for each setting:
 - opt level: `AMPREWRITE_OPT_LEVEL` > the caller's argument > the level the script's
   `GradScaler(opt_level)` declared > "O1";
-- dtype: `AMPREWRITE_DTYPE` > the caller's argument (`autocast(dtype)`) > the dtype a
+- dtype: `AMPREWRITE_DTYPE` (`float8`: bfloat16 autocast over float8 linear layers, see
+  `amprewrite_runtime.float8`) > the caller's argument (`autocast(dtype)`) > the dtype a
   `GradScaler(dtype=...)` declared > the device's default: bfloat16, except float16 (with
   dynamic loss scaling) on a CUDA device without bfloat16 tensor cores (compute capability
   below 8.0);
@@ -44,13 +45,16 @@ class Overrides:
     opt_level: str | None = None
     dtype: torch.dtype | None = None
     device_type: str | None = None
+    float8: bool | None = None  # AMPREWRITE_DTYPE=float8 (True), another dtype (False), none
 
     @classmethod
     def from_environment(cls) -> Overrides:
-        """`AMPREWRITE_OPT_LEVEL`, `AMPREWRITE_DTYPE` and `AMPREWRITE_DEVICE`, validated."""
-        dtype = _env_choice(ENV_DTYPE, ("float16", "bfloat16"))
+        """`AMPREWRITE_OPT_LEVEL`, `AMPREWRITE_DTYPE` and `AMPREWRITE_DEVICE`, validated;
+        float8 autocasts to bfloat16 (its linear layers are float8's)."""
+        dtype = _env_choice(ENV_DTYPE, ("float16", "bfloat16", "float8"))
         return cls(opt_level=_env_choice(ENV_OPT_LEVEL, OPT_LEVELS),
-                   dtype=DTYPES[dtype] if dtype else None, device_type=_env_device())
+                   dtype=DTYPES["bfloat16" if dtype == "float8" else dtype] if dtype else None,
+                   device_type=_env_device(), float8=dtype == "float8" if dtype else None)
 
 
 class Policy:

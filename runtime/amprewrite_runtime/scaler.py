@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from amprewrite_runtime import torch_internals
+from amprewrite_runtime.float8 import precompute_scales
 from amprewrite_runtime.policy import as_dtype, current_policy, device_type_of
 from amprewrite_runtime.precision import MasterWeights, cast_inputs_at_forward, cast_model
 from amprewrite_runtime.properties import Properties, properties_for
@@ -185,7 +186,9 @@ class GradScaler:
         """`optimizer.step(*args, **kwargs)` unless the gradients hold inf/NaN values."""
         if self._passthrough:
             self._unscaled.discard(id(optimizer))
-            return optimizer.step(*args, **kwargs)
+            result = optimizer.step(*args, **kwargs)
+            precompute_scales(optimizer)
+            return result
         if self.properties.cast_model and not self._initialized and not self._told_uncast:
             warnings.warn(f"opt level {self.opt_level} casts the model, but "
                           "`scaler.initialize(model, optimizer)` was never called: the model "
@@ -207,6 +210,7 @@ class GradScaler:
             self._note_step(found)
         if masters is not None and not self.last_step_skipped:
             masters.masters_to_model()
+        precompute_scales(optimizer)
         if self._tracer is not None:
             self._tracer.on_step(self._step_record() if self._tracer.writes else None)
         return result

@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "runtime" / "amprewrite_runtime"
-THIRD_PARTY = {"torch", "numpy"}  # numpy: seeded when installed, never required
+# numpy: seeded when installed, never required; torchao: float8 training (the `[float8]`
+# extra), imported only where it converts a model; accelerate: its float8 recipe, imported only
+# for a script that builds an Accelerator
+THIRD_PARTY = {"torch", "numpy", "torchao", "accelerate"}
 
 
 def _module_name(path: Path) -> str:
