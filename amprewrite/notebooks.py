@@ -12,6 +12,7 @@ shows them (markdown cells too: `nb.cells[N - 1]`), with the line and column in 
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from dataclasses import dataclass, replace
 
@@ -186,8 +187,18 @@ def _in_cell(finding: Finding, program: Program, text: str, cells: list[Cell]) -
             1, 1)):
         return finding
     piece, line = where
-    return _on_file(CellFinding(finding.code, line, finding.col, finding.message, piece.index + 1),
+    message = _AT_LINE.sub(lambda match: _at_cell(match, program), finding.message)
+    return _on_file(CellFinding(finding.code, line, finding.col, message, piece.index + 1),
                     text, cells)
+
+
+_AT_LINE = re.compile(r"\bat line (\d+)\b")  # a message naming another finding's line
+
+
+def _at_cell(match: re.Match[str], program: Program) -> str:
+    """`at line 15` of the program as `at cell 3:8`, where the line is in a cell."""
+    where = program.piece_at(int(match[1]))
+    return match[0] if where is None else f"at cell {where[0].index + 1}:{where[1]}"
 
 
 def _on_file(finding: Finding, text: str, cells: list[Cell]) -> Finding:

@@ -32,6 +32,7 @@ CASES = {  # fixture -> relative tolerance on the final loss
     "rule_bce_inline_forward": 0.1,
     "rule_bce_inline_backward": 0.05,
     "sigmoid_forward_bce": 0.05,
+    "rule_sequential_sigmoid_bce": 0.05,  # without its float32 sigmoid: 16% off (26% float16)
     "rule_escape_zipped_paths": 0.05,
     "rule_lerp_mixed_dtypes": 0.05,
 }

@@ -10,7 +10,7 @@ from amprewrite.catalog import Severity
 from amprewrite.engine import rewrite_source
 from amprewrite.report import exit_code
 from amprewrite.runner import FileOutcome, Status, process_source
-from tests.fixture_cases import STYLES, Case, cases
+from tests.fixture_cases import FIXTURES, STYLES, Case, cases
 
 CASES = cases()
 
@@ -125,6 +125,7 @@ KEPT_BY_REVERT = {
     "rule_bce_inline_forward": b"discriminator_out = discriminator(gen_imgs)",
     "rule_bce_inline_backward": b"bce(model_out.float(), y).backward()",
     "sigmoid_forward_bce": b"self.sigmoid(output.float())",
+    "rule_sequential_sigmoid_bce": b"errD = criterion(output.float(), labels)",
     "rule_learner_object_backward": b"self.loss_func(self.pred.float(), y)",
     "rule_escape_samples_and_distances": b"payouts[action.numpy()]",  # `to_float32` taken out
     "rule_inplace_same_dtype_source": b"weights[i].to(target_pmfs[i].dtype)",
@@ -164,3 +165,11 @@ def test_o0_turns_a_rewrite_back_into_its_fp32_original(case: Case) -> None:
     else:
         assert kept in reverted
         assert b"GradScaler" not in reverted and b"with autocast" not in reverted
+
+
+def test_o0_takes_the_float32_sigmoid_out_again() -> None:
+    """`float32_sigmoid(nn.Sigmoid())` (AMP135) is the runtime's: O0 gives `nn.Sigmoid()`."""
+    case = FIXTURES / "rule_sequential_sigmoid_bce"
+    reverted = rewrite_source((case / "expected_O1.py").read_bytes(), STYLES["O0"]).source
+    assert b"float32_sigmoid" not in reverted and b"amprewrite_runtime" not in reverted
+    assert b"nn.Linear(64, 1),\n                                  nn.Sigmoid())" in reverted

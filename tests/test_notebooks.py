@@ -431,6 +431,8 @@ def test_inline_ignores_select_and_ignore_work_in_cells(tmp_path: Path) -> None:
     assert ": AMP104 " not in err and code == 0  # not routed, so nothing else is made either
     assert (f"{path}:cell 3:8:5: AMP012 edits withheld: once AMP104 is ignored at "
             "`optimizer.step()`, AMP708") in err
+    assert f"{path}:cell 3:7:5: AMP011 `loss.backward()` (backward) is left unchanged with the " \
+           "rest of its training step: AMP012 at cell 3:8 says why" in err  # not the program's
     path.write_bytes(_jupyter(_notebook(*TRAINING_CELLS)))
     code, _, err = _run("--check", "--select", "AMP10", "--ignore", "AMP101", str(path))
     assert code == 1 and "AMP100" in err and "AMP105" in err and "AMP101" not in err

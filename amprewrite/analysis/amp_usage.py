@@ -226,6 +226,10 @@ def _model_named(
     return None
 
 
+# runtime calls whose argument is the FP32 code again (`to_float32(x)`: `x`)
+_UNWRAPPED_CALLS = ("amprewrite_runtime.to_float32", "amprewrite_runtime.float32_sigmoid")
+
+
 def _classify_call(
     call: cst.Call, statement: Statement, usage: AmpUsage, facts: ModuleFacts,
     models: dict[str, tuple[str, Statement]],
@@ -242,7 +246,7 @@ def _classify_call(
         elif (method == "backward" and isinstance(arg.value, cst.Call)
               and _is_scale_call(arg.value, usage)):
             usage.scaled_arguments.append(arg.value)  # `context.backward(scaler.scale(loss))`
-    if facts.imports.resolve(func) == "amprewrite_runtime.to_float32" and len(call.args) == 1:
+    if facts.imports.resolve(func) in _UNWRAPPED_CALLS and len(call.args) == 1:
         usage.float32_casts.append(call)
     if not isinstance(func, cst.Attribute):
         return

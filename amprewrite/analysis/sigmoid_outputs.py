@@ -33,6 +33,7 @@ class SaturatingInput:
     source: str  # where the sigmoid is, in words
     advice: str  # how to switch to logits
     cast: cst.BaseExpression | None = None  # the sigmoid's input, when a `.float()` there fixes it
+    sequential: cst.Call | None = None  # the `nn.Sequential(..., nn.Sigmoid())` model built
 
 
 def saturating_inputs(moved: list[UnsafeLoss], facts: ModuleFacts) -> list[SaturatingInput]:
@@ -41,17 +42,20 @@ def saturating_inputs(moved: list[UnsafeLoss], facts: ModuleFacts) -> list[Satur
         for call in loss.calls:
             hit = _sigmoid_source(call.args[0].value, loss.statement, facts)
             if hit is not None:
-                found.append(SaturatingInput(call, *hit))
+                found.append(SaturatingInput(call, *hit[:3], sequential=hit[3]))
     return found
+
+
+_Source = tuple[str, str, "cst.BaseExpression | None", "cst.Call | None"]
 
 
 def _sigmoid_source(
     node: cst.BaseExpression, statement: Statement, facts: ModuleFacts
-) -> tuple[str, str, cst.BaseExpression | None] | None:
+) -> _Source | None:
     """Where the sigmoid feeding a BCE input is, the advice, and the input to cast (if any)."""
     node = _peel(node)
     if _is_sigmoid(node, facts):
-        return "a sigmoid", "pass the logits to `nn.BCEWithLogitsLoss` instead", None
+        return "a sigmoid", "pass the logits to `nn.BCEWithLogitsLoss` instead", None, None
     key = dotted(node)
     if key is not None:  # `p = disc(x).view(-1)` earlier in the function
         function = facts.statements[statement].function if statement in facts.statements \
@@ -64,7 +68,7 @@ def _sigmoid_source(
         node = _peel(earlier[-1].value)
         if _is_sigmoid(node, facts):  # `recon = torch.sigmoid(model(x))`: cast its input
             return ("a sigmoid", "pass the logits to `nn.BCEWithLogitsLoss` instead",
-                    _sigmoid_input(node))
+                    _sigmoid_input(node), None)
     if not isinstance(node, cst.Call):
         return None
     model = dotted(node.func)
@@ -73,57 +77,61 @@ def _sigmoid_source(
     return _model_ends_in_sigmoid(model, facts)
 
 
-def _model_ends_in_sigmoid(
-    model: str, facts: ModuleFacts
-) -> tuple[str, str, cst.BaseExpression | None] | None:
+def _model_ends_in_sigmoid(model: str, facts: ModuleFacts) -> _Source | None:
     built = [_peel(b.value) for b in facts.bindings if b.keys == (model,)]  # `Net().to(dev)`
     for value in built:
         if _sequential_ends_in_sigmoid(value, facts):
+            assert isinstance(value, cst.Call)
             return (f"`{model}`, whose last layer is `nn.Sigmoid()`",
-                    "drop that layer and use `nn.BCEWithLogitsLoss` (autocast-safe)", None)
+                    "drop that layer and use `nn.BCEWithLogitsLoss` (autocast-safe)", None,
+                    value if len(built) == 1 else None)
         if not isinstance(value, cst.Call):
             continue
         cls = next((c for c in facts.classes if c.name.value == dotted(value.func)), None)
-        ends, cast = _forward_ending(cls, facts) if cls is not None else (False, None)
+        ends, cast, layer = _forward_ending(cls, facts) if cls is not None else (
+            False, None, None)
         if ends:
             assert cls is not None
             return (f"`{model}`, whose `{cls.name.value}.forward` ends in a sigmoid",
                     "return the logits from `forward` and use `nn.BCEWithLogitsLoss` "
-                    "(autocast-safe)", cast)
+                    "(autocast-safe)", cast, layer)
     return None
 
 
 def _forward_ending(
     cls: cst.ClassDef, facts: ModuleFacts
-) -> tuple[bool, cst.BaseExpression | None]:
-    """Whether `cls.forward` ends in a sigmoid, and the input of that sigmoid call when one
-    `.float()` there reaches it (not for a final `nn.Sequential(..., nn.Sigmoid())` layer)."""
+) -> tuple[bool, cst.BaseExpression | None, cst.Call | None]:
+    """Whether `cls.forward` ends in a sigmoid, the input of that sigmoid call when one
+    `.float()` there reaches it, and the `nn.Sequential(..., nn.Sigmoid())` it returns where
+    `__init__` builds it once (`self.main = nn.Sequential(...)`)."""
     methods = {f.name.value: f for f, owner in facts.function_class.items() if owner is cls}
     forward = methods.get("forward")
     if forward is None:
-        return False, None
+        return False, None, None
     returns = [n for n in descendants(forward.body) if isinstance(n, cst.Return) and n.value]
     if not returns:
-        return False, None
+        return False, None, None
     value = _peel(returns[-1].value)  # type: ignore[arg-type]
     key = dotted(value)
     if key is not None:  # `validity = self.model(img); return validity`
         bound = [b.value for b in facts.bindings if b.function is forward and b.keys == (key,)]
         if not bound:
-            return False, None
+            return False, None, None
         value = _peel(bound[-1])
     if not (isinstance(value, cst.Call) and (dotted(value.func) or "").startswith("self.")):
-        return (True, _sigmoid_input(value)) if _is_sigmoid(value, facts) else (False, None)
+        return (True, _sigmoid_input(value), None) if _is_sigmoid(value, facts) else (
+            False, None, None)
     init = methods.get("__init__")
     layers = [b.value for b in facts.bindings
               if init is not None and b.function is init and b.keys == (dotted(value.func),)]
     if any(_sequential_ends_in_sigmoid(layer, facts) for layer in layers):
-        return True, None
+        built = layers[0] if len(layers) == 1 else None
+        return True, None, built if isinstance(built, cst.Call) else None
     if layers and all(isinstance(layer, cst.Call)
                       and facts.imports.resolve(layer.func) == "torch.nn.Sigmoid"
                       for layer in layers):
-        return True, _sigmoid_input(value)  # `self.sigmoid = nn.Sigmoid()`
-    return False, None
+        return True, _sigmoid_input(value), None  # `self.sigmoid = nn.Sigmoid()`
+    return False, None, None
 
 
 def _sigmoid_input(call: cst.BaseExpression) -> cst.BaseExpression | None:

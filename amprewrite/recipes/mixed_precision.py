@@ -83,6 +83,8 @@ def _context(analysis: ModuleAnalysis, options: Options) -> RuleContext:
         fsdp_policy=fsdp_policy.wants_policies(analysis, options)
         and any(wrap.current is None for wrap in analysis.sharding_wraps),
         float8=bool(float8.float8_plan(analysis, options).conversions),
+        float32_sigmoid=not options.plain and any(
+            found.sequential is not None for found in analysis.saturating),
     )
     names = FreshNames(facts.names)
     optional_apex = analysis.amp_in_training.optional_apex

@@ -3,6 +3,7 @@ written inline in the loss's input stays under autocast, on a line of its own.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from amprewrite.analysis.unsafe_losses import UnsafeLoss
 from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.rules.autocast import FORWARD_WRAPPED
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.edits import as_float
+from amprewrite.rules.edits import as_float, one_per_line, too_long
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Replace, Wrap
 
@@ -59,6 +60,18 @@ SIGMOID_INPUT_CAST = declare(
 )
 
 
+SIGMOID_LAYER_FLOAT32 = declare(
+    "AMP135", CHANGE, "final sigmoid layer computed in float32 for binary cross-entropy",
+    "The model's last layer, an `nn.Sigmoid()` in an `nn.Sequential`, now runs in float32 "
+    "(`float32_sigmoid(nn.Sigmoid())`, no parameters: the state dict is unchanged), so "
+    "probabilities near 1 keep their precision. Logits with `nn.BCEWithLogitsLoss` are still "
+    "the better fix.",
+    why="An `nn.Sequential` model ending in `nn.Sigmoid()` feeds binary cross-entropy: under "
+        "autocast its bfloat16/float16 probabilities round to 1.0 (a DCGAN's loss 2.5x FP32's "
+        "by its third step).",
+)
+
+
 @dataclass
 class _Group:
     """Consecutive loss statements whose forwards share one autocast block before them."""
@@ -87,7 +100,19 @@ def report_saturation(ctx: RuleContext, inputs: list[SaturatingInput]) -> None:
     """Cast a sigmoid's input to float32 where that is one edit; report the others."""
     cast: set[int] = set()
     for found in inputs:
-        if found.cast is None:
+        sequential, wrapper = found.sequential, ctx.style.float32_sigmoid if ctx.style else ""
+        if found.cast is None and sequential is not None and wrapper:
+            if id(sequential) not in cast:
+                cast.add(id(sequential))
+                build = _last_layer_in(wrapper)
+                if too_long(ctx.facts, sequential, [cst.Name(wrapper)], ctx.line_limit):
+                    build = one_per_line(build, ctx.facts.module.default_indent)
+                ctx.plan.replaces.append(Replace(sequential, build))
+                ctx.notes.append(Note(SIGMOID_LAYER_FLOAT32, sequential.args[-1].value, (
+                    f"final `nn.Sigmoid()` of {found.source.split(',')[0]} computed in float32 "
+                    f"(`{wrapper}(...)`): its probabilities feed binary cross-entropy, and in "
+                    "bfloat16/float16 they round to 1.0 and the loss saturates")))
+        elif found.cast is None:
             ctx.notes.append(Note(SIGMOID_FEEDS_BCE, found.call,
                                   f"binary cross-entropy on probabilities "
                                   f"from {found.source}: computed in bfloat16/float16 under "
@@ -100,6 +125,18 @@ def report_saturation(ctx: RuleContext, inputs: list[SaturatingInput]) -> None:
                                   "sigmoid input cast to float32 for "
                                   "binary cross-entropy: bfloat16/float16 probabilities round "
                                   "to 1.0 near 1 and the loss saturates"))
+
+
+def _last_layer_in(wrapper: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """`nn.Sequential(..., nn.Sigmoid())` -> `nn.Sequential(..., wrapper(nn.Sigmoid()))`."""
+
+    def build(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Call)
+        last = node.args[-1]
+        wrapped = cst.Call(cst.Name(wrapper), [cst.Arg(last.value)])
+        return node.with_changes(args=[*node.args[:-1], last.with_changes(value=wrapped)])
+
+    return build
 
 
 def _keep_forwards_in_region(
@@ -222,6 +259,71 @@ for x, y in loader:
         before="""\
 import torch
 
+model = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Sigmoid())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+criterion = torch.nn.BCELoss()
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast, float32_sigmoid
+
+model = torch.nn.Sequential(
+    torch.nn.Linear(4, 1),
+    float32_sigmoid(torch.nn.Sigmoid()),
+)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+criterion = torch.nn.BCELoss()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        model_out = model(x)
+    loss = criterion(model_out.float(), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(SIGMOID_LAYER_FLOAT32,),
+    ),
+    Example(
+        before="""\
+import torch
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.binary_cross_entropy(torch.sigmoid(model(x)), y)
+    loss.backward()
+    optimizer.step()
+""",
+        after="""\
+import torch
+from amprewrite_runtime import GradScaler, autocast
+
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = GradScaler()
+for x, y in loader:
+    optimizer.zero_grad()
+    with autocast():
+        sigmoid_out = torch.sigmoid(model(x))
+    loss = torch.nn.functional.binary_cross_entropy(sigmoid_out.float(), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        codes=(SIGMOID_FEEDS_BCE,),
+    ),
+    Example(
+        before="""\
+import torch
+
 model = torch.nn.Linear(4, 2)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 scaler = torch.amp.GradScaler()
@@ -239,5 +341,6 @@ for x, y in loader:
 )
 
 
-RULE = rule("sigmoid-saturation", (SIGMOID_FEEDS_BCE, SIGMOID_INPUT_CAST), _plan,
+RULE = rule("sigmoid-saturation", (SIGMOID_FEEDS_BCE, SIGMOID_INPUT_CAST, SIGMOID_LAYER_FLOAT32),
+            _plan,
             examples=_SIGMOID_SATURATION_EXAMPLES)

@@ -24,6 +24,7 @@ class Needs:
     integer_safe_casts: bool = False  # a value that may be an integer tensor is cast
     fsdp_policy: bool = False  # FSDP wraps get a mixed-precision policy
     float8: bool = False  # a model is converted to float8 training (`--dtype float8`)
+    float32_sigmoid: bool = False  # a final `nn.Sigmoid()` layer feeding BCE runs in float32
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Style:
     # the low-precision dtype FSDP policies are given (`low_precision_dtype()`); empty: none
     param_dtype: str = ""
     float8_training: str = ""  # the local name of `float8_training`; empty: not imported
+    float32_sigmoid: str = ""  # the local name of `float32_sigmoid`; empty: not imported
 
 
 def runtime_style(
@@ -53,13 +55,14 @@ def runtime_style(
         ("GradScaler", needs.scaler), ("autocast", needs.autocast),
         ("custom_bwd", needs.custom_functions), ("custom_fwd", needs.custom_functions),
         ("enable_reproducibility", needs.reproducible), ("float8_training", needs.float8),
-        ("to_float32", needs.integer_safe_casts),
+        ("to_float32", needs.integer_safe_casts), ("float32_sigmoid", needs.float32_sigmoid),
         ("low_precision_dtype", needs.fsdp_policy and not options.autocast_dtype),
     ) if used]
     import_code, local = runtime_import(facts, symbols, names)
     style = Style(imports=[import_code], seeding=local.get("enable_reproducibility", ""),
                   float32_cast=local.get("to_float32", ""),
-                  float8_training=local.get("float8_training", ""))
+                  float8_training=local.get("float8_training", ""),
+                  float32_sigmoid=local.get("float32_sigmoid", ""))
     chosen = options.autocast_dtype
     dtype = f'dtype="{chosen}"' if chosen else ""
     if needs.fsdp_policy:

@@ -16,7 +16,7 @@ Reproducible data loading lives in `amprewrite_runtime.data`. Depends on torch o
 """
 
 from amprewrite_runtime.autocast import autocast, custom_bwd, custom_fwd
-from amprewrite_runtime.casting import to_float32
+from amprewrite_runtime.casting import float32_sigmoid, to_float32
 from amprewrite_runtime.float8 import float8_training
 from amprewrite_runtime.frameworks import (
     accelerate_float8_handlers,
@@ -49,6 +49,7 @@ __all__ = [
     "custom_fwd",
     "enable_reproducibility",
     "float8_training",
+    "float32_sigmoid",
     "lightning_precision",
     "low_precision_dtype",
     "mixed_precision_flag",

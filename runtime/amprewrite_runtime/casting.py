@@ -20,3 +20,19 @@ def to_float32(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(to_float32(item) for item in value)
     return value
+
+
+class Float32Sigmoid(torch.nn.Sigmoid):
+    """`nn.Sigmoid` computed in float32 whatever its input's dtype: under autocast a
+    bfloat16/float16 sigmoid rounds probabilities near 1 to 1.0, which saturates a binary
+    cross-entropy on them. It holds no parameters: the model's state dict is unchanged."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(input.float())
+
+
+def float32_sigmoid(layer: torch.nn.Sigmoid) -> torch.nn.Sigmoid:
+    """`layer` (an `nn.Sigmoid()`, the last layer of a model whose probabilities feed binary
+    cross-entropy) computing in float32; in FP32 it is the same layer."""
+    layer.__class__ = Float32Sigmoid
+    return layer

@@ -28,3 +28,28 @@ def test_containers_are_rebuilt_with_their_tensors_cast() -> None:
     assert cast["out"][1][1].dtype == torch.int64
     assert isinstance(cast["named"], Out) and cast["named"].logits.dtype == torch.float32
     assert cast["named"].index.dtype == torch.int64
+
+
+def test_float32_sigmoid_keeps_probabilities_near_one_and_the_state_dict() -> None:
+    """Under bfloat16 autocast a plain `nn.Sigmoid()` rounds sigmoid(8) to 1.0 (BCE of a
+    negative label then saturates); the layer `float32_sigmoid` returns does not, holds no
+    parameters (the model's state dict is the FP32 script's) and still is an `nn.Sigmoid`."""
+    import copy
+
+    from amprewrite_runtime import float32_sigmoid
+
+    plain = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.Sigmoid())
+    kept = copy.deepcopy(plain)
+    kept[1] = float32_sigmoid(kept[1])
+    for model in (plain, kept):
+        with torch.no_grad():
+            model[0].weight.fill_(8.0)
+            model[0].bias.zero_()
+    x = torch.ones(1, 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rounded, precise = plain(x), kept(x)
+    assert rounded.dtype == torch.bfloat16 and rounded.item() == 1.0
+    assert precise.dtype == torch.float32 and 0.999 < precise.item() < 1.0
+    assert isinstance(kept[1], torch.nn.Sigmoid)
+    assert kept.state_dict().keys() == plain.state_dict().keys()
+    assert copy.deepcopy(kept)(x).dtype == torch.float32
