@@ -7,7 +7,7 @@ import io
 import re
 import tokenize
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -164,11 +164,8 @@ def rewrite_analysed(
     ctx = recipe.context(analysis, options)
     chosen = steering(options, source, comments)
     for rule in recipe.rules:
-        if chosen is None:
+        with nullcontext() if chosen is None else chosen.rule(ctx):
             rule.plan(ctx, analysis)
-        else:
-            with chosen.rule(ctx):
-                rule.plan(ctx, analysis)
     if recipe.finish is not None:
         recipe.finish(ctx, analysis)
     if recipe.rewrites_result is not None and recipe.rewrites_result(options):
@@ -286,8 +283,8 @@ def _traced(comments: LineCodes, text: bytes, to_original: Callable[[int], int])
     """The suppression comments of an original, at the lines of `text` traced to theirs."""
     if not comments:
         return {}
-    return {line: comments[to_original(line)] for line in range(1, text.count(b"\n") + 2)
-            if to_original(line) in comments}
+    traced = ((line, to_original(line)) for line in range(1, text.count(b"\n") + 2))
+    return {line: comments[original] for line, original in traced if original in comments}
 
 
 def _held(withheld: Withheld | None) -> list[Finding]:

@@ -24,8 +24,6 @@ def unused_added_imports(output: ast.Module, source: ast.Module) -> set[str]:
     if not added:
         return set()
     read = {node.id for node in ast.walk(output) if isinstance(node, ast.Name)}
-    read |= {node.value.id for node in ast.walk(output)
-             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)}
     return added - read
 
 

@@ -28,9 +28,7 @@ from amprewrite.findings import Finding
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
 from amprewrite.suppressions import LineCodes, line_codes, suppressed, wanted
-from amprewrite.transform import Insert, InsertAfterSmall, Plan, Replace, Wrap
-
-Edit = Replace | Wrap | Insert | InsertAfterSmall
+from amprewrite.transform import Edit, InsertAfterSmall, Plan, Replace, Wrap
 
 WITHHELD = declare(
     "AMP012", SKIP, "edits withheld: they depend on an edit whose code is ignored",
@@ -71,9 +69,9 @@ class Steering:
     @contextmanager
     def rule(self, ctx: RuleContext) -> Iterator[None]:
         """Record what the rule run in the block adds to `ctx`'s plan and notes."""
-        edits, notes = {id(e) for e in _edits(ctx.plan)}, {id(n) for n in ctx.notes}
+        edits, notes = {id(e) for e in ctx.plan.edits()}, {id(n) for n in ctx.notes}
         yield
-        self.groups.append(_Group([e for e in _edits(ctx.plan) if id(e) not in edits],
+        self.groups.append(_Group([e for e in ctx.plan.edits() if id(e) not in edits],
                                   [n for n in ctx.notes if id(n) not in notes]))
 
 
@@ -117,15 +115,14 @@ def steer(ctx: RuleContext, chosen: Steering, layout: Layout) -> Withheld | None
                 withheld.add(id(edit))
     _withhold_regions(chosen.groups, withheld, ctx.facts)
     noted = {edit for edits in edits_of.values() for edit in edits}
-    ctx.plan = Plan() if withheld >= noted else _without(ctx.plan, withheld)
+    ctx.plan = Plan() if withheld >= noted else Plan.of(
+        edit for edit in ctx.plan.edits() if id(edit) not in withheld)
     notes = [note for group in chosen.groups for note in group.notes]
-    ignored = sorted((_located(note, layout) for note in notes if id(note) in left_out),
-                     key=lambda f: (f.line, f.col, f.code))
-    first = next(note for note in notes if id(note) in left_out and _located(note, layout)
-                 == ignored[0])
-    reason = f"{first.code} is ignored at `{_shown(first.node, ctx.facts.module)}`"
+    ignored = sorted((note for note in notes if id(note) in left_out),
+                     key=lambda note: (layout.starts[note.node], note.code))
+    reason = f"{ignored[0].code} is ignored at `{_shown(ignored[0].node, ctx.facts.module)}`"
     findings = [Finding(f.code, f.line, f.col, f"{f.message} (not made: {f.code} is ignored "
-                        "here)") for f in ignored]
+                        "here)") for f in (_located(note, layout) for note in ignored)]
     stale = [note for note in notes if id(note) not in left_out and id(note) in edits_of
              and set(edits_of[id(note)]) <= withheld]  # every edit of its change withheld
     for found in (_located(note, layout) for note in stale):
@@ -212,14 +209,3 @@ def _function(statement: Statement, facts: ModuleFacts) -> cst.CSTNode | None:
         if isinstance(around, cst.FunctionDef):
             return around
     return None
-
-
-def _edits(plan: Plan) -> list[Edit]:
-    return [*plan.replaces, *plan.wraps, *plan.inserts, *plan.small_inserts]
-
-
-def _without(plan: Plan, withheld: set[int]) -> Plan:
-    return Plan([e for e in plan.replaces if id(e) not in withheld],
-                [e for e in plan.wraps if id(e) not in withheld],
-                [e for e in plan.inserts if id(e) not in withheld],
-                [e for e in plan.small_inserts if id(e) not in withheld])

@@ -6,7 +6,7 @@ libcst pass, so rules never see each other's output and their order does not mat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -64,6 +64,27 @@ class Plan:
 
     def __bool__(self) -> bool:
         return bool(self.replaces or self.wraps or self.inserts or self.small_inserts)
+
+    def edits(self) -> list[Edit]:
+        return [*self.replaces, *self.wraps, *self.inserts, *self.small_inserts]
+
+    @classmethod
+    def of(cls, edits: Iterable[Edit]) -> Plan:
+        """The plan of `edits`, each kind in the order given."""
+        plan = cls()
+        for edit in edits:
+            if isinstance(edit, Replace):
+                plan.replaces.append(edit)
+            elif isinstance(edit, Wrap):
+                plan.wraps.append(edit)
+            elif isinstance(edit, Insert):
+                plan.inserts.append(edit)
+            else:
+                plan.small_inserts.append(edit)
+        return plan
+
+
+Edit = Replace | Wrap | Insert | InsertAfterSmall
 
 
 def apply_edits(

@@ -26,9 +26,8 @@ from amprewrite.protocol.invariants import CODE_CHANGED_ELSEWHERE, NAME_UNBOUND,
 from amprewrite.protocol.names import new_unbound_names, unbound_names
 from amprewrite.protocol.unchanged import Edited, TopLevel, changed_outside, rendered
 from amprewrite.steering import WITHHELD
-from amprewrite.transform import Insert, InsertAfterSmall, Plan, Replace, Wrap
+from amprewrite.transform import Edit, InsertAfterSmall, Plan, Replace
 
-Edit = Replace | Wrap | Insert | InsertAfterSmall
 MAX_ROUNDS = 3  # undo rounds before the whole file is left as it was
 _NEW_SCALERS = re.compile(rb"GradScaler\(")
 _SCALES = re.compile(rb"\.scale\(")
@@ -48,8 +47,7 @@ class EditSite:
 
 def edit_sites(plan: Plan, facts: ModuleFacts) -> list[EditSite]:
     sites = []
-    edits: list[Edit] = [*plan.replaces, *plan.wraps, *plan.inserts, *plan.small_inserts]
-    for edit in edits:
+    for edit in plan.edits():
         if isinstance(edit, Replace):
             node: cst.CSTNode = edit.node
             chain: Sequence[cst.CSTNode] = facts.statements_around(node)
@@ -159,7 +157,7 @@ def verify(
         output, tree = render(plan)
         problems = _problems(before, output, tree, module.encoding, kept, layout)
         if not problems:
-            if _scaler_left_unused(source, output, undone if withheld is None else {""}):
+            if _scaler_left_unused(source, output, bool(undone) or withheld is not None):
                 if withheld is not None and not rejections:
                     rejections.append(Finding(WITHHELD, 1, 1, (
                         f"the grad scaler the rewrite creates would scale nothing once "
@@ -172,13 +170,13 @@ def verify(
                 unused = set() if pruned else unused_added_imports(tree, before.tree)
                 if unused:
                     kept, pruned = without_imports(kept, unused), True
-                    plan = _plan_of(kept)
+                    plan = Plan.of(site.edit for site in kept)
                     continue
             return Verified(output, plan, _holding(notes, facts, undone), rejections)
         rejections += [_rejection(p, withheld) for p in problems]
         undone |= {p.scope for p in problems}
         kept = [site for site in kept if site.scope not in undone]
-        plan = _plan_of(kept)
+        plan = Plan.of(site.edit for site in kept)
         if not plan:
             break
     return Verified(source, Plan(), _holding(notes, facts, None), _distinct(rejections))
@@ -268,9 +266,10 @@ def _height(statement: cst.CSTNode, module: cst.Module) -> int:
     return max(1, render(statement, module).count("\n") - len(leading))
 
 
-def _scaler_left_unused(source: bytes, output: bytes, undone: set[str]) -> bool:
-    """After an undo: a scaler the rewrite still creates, with none of its scaling kept."""
-    if not undone:
+def _scaler_left_unused(source: bytes, output: bytes, partial: bool) -> bool:
+    """After an undo (`partial`: edits were undone or withheld): a scaler the rewrite still
+    creates, with none of its scaling kept."""
+    if not partial:
         return False
     return (len(_NEW_SCALERS.findall(output)) > len(_NEW_SCALERS.findall(source))
             and len(_SCALES.findall(output)) <= len(_SCALES.findall(source)))
@@ -279,21 +278,6 @@ def _scaler_left_unused(source: bytes, output: bytes, undone: set[str]) -> bool:
 def _left(scope: str) -> str:
     where = f"`{scope}`" if scope else "the module level"
     return f"the rewrite of {where} is not written"
-
-
-def _plan_of(sites: list[EditSite]) -> Plan:
-    plan = Plan()
-    for site in sites:
-        edit = site.edit
-        if isinstance(edit, Replace):
-            plan.replaces.append(edit)
-        elif isinstance(edit, Wrap):
-            plan.wraps.append(edit)
-        elif isinstance(edit, Insert):
-            plan.inserts.append(edit)
-        else:
-            plan.small_inserts.append(edit)
-    return plan
 
 
 def _holding(notes: list[Note], facts: ModuleFacts, undone: set[str] | None) -> list[Note]:
