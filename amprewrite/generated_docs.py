@@ -85,16 +85,20 @@ def ops_page() -> str:
              "(the result has the inputs' dtype), **raises** refuses the op. *One dtype*: its "
              "floating inputs (a module's: and its float32 weights) must share one dtype "
              "outside autocast; an in-place op's source (by position) must have its "
-             "receiver's dtype, under autocast or not.", "",
+             "receiver's dtype, under autocast or not. *Saturates*: its result tends to ±1 "
+             "and rounds to it in low precision, so `1 - tanh(z)` cancels to zero: its input "
+             "is cast to float32 where such a difference is taken.", "",
              "| op | spellings | CPU autocast | CUDA autocast | CPU low kernels | one dtype "
-             "| returns | example |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| saturates | returns | example |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for op in ops.OPS:
         where = ", ".join(sorted(w.value for w in op.where))
         kernels = ", ".join(sorted(op.low_kernels)) or "none"
         same = f"source {op.source}" if op.source is not None else "yes" if op.same_dtype else ""
         via = f" (via `{op.aten}`)" if op.aten else ""
         lines.append(f"| `{op.name}` | {where} | {op.cpu.value} | {op.cuda.value}{via} | "
-                     f"{kernels} | {same} | {op.returns.value} | `{op.example}` |")
+                     f"{kernels} | {same} | {'yes' if op.saturates else ''} | "
+                     f"{op.returns.value} | `{op.example}` |")
     namespaces = ", ".join(f"`{n}`" for n in ops.FLOAT32_NAMESPACES)
     removed = ", ".join(f"`torch.{n}`" for n in sorted(ops.REMOVED_LINALG))
     lines += ["", f"Whole namespaces without low-precision kernels on the CPU: {namespaces}; "

@@ -35,6 +35,10 @@ CASES = {  # fixture -> relative tolerance on the final loss
     "rule_sequential_sigmoid_bce": 0.05,  # without its float32 sigmoid: 16% off (26% float16)
     "rule_escape_zipped_paths": 0.05,
     "rule_lerp_mixed_dtypes": 0.05,
+    "rule_tanh_squash_log_prob": 0.05,  # without its float32 tanh: 67% off (59% float16)
+    "rule_sigmoid_manual_bce": 0.05,  # without its float32 sigmoid: 50% off (113% float16)
+    # float16 skips its first step (the scaler's first scale overflows): one step behind
+    "kfac_hook_statistics": 0.15,  # without its float32 statistics: eigh crashes
 }
 DTYPES = {"bfloat16": ({}, BFLOAT16), "float16": ({"AMPREWRITE_DTYPE": "float16"}, FLOAT16)}
 

@@ -134,6 +134,9 @@ KEPT_BY_REVERT = {
     "rule_data_init_in_derived_flow": b".detach().to(self.s.dtype)",
     "attention_mask_fill": b"torch.finfo(att.dtype).min",  # the fill, right in every dtype
     "rule_lerp_mixed_dtypes": b"torch.lerp(a.float(), b.float(), w.float())",
+    "rule_tanh_squash_log_prob": b"action = torch.tanh(z.float())",  # AMP136, every dtype
+    "rule_sigmoid_manual_bce": b"p = model(x).float().sigmoid()",
+    "kfac_hook_statistics": b"torch.linalg.eigh(self.covariances[layer].float())",
     # float32 values passed out of autocast: to a gradient penalty, to a distribution
     "wgan_gp_penalty": b"fake_imgs.data.float()",
     "rule_penalty_inputs_not_cast": b"gradient_penalty(out.float(), x_hat)",

@@ -41,14 +41,16 @@ def test_one_row_per_name_and_every_row_spelled_somewhere() -> None:
 
 @pytest.mark.parametrize("name", ["addbmm", "chain_matmul", "prelu", "tensordot"])
 def test_the_matmuls_the_two_tables_disputed_run_low_on_the_cpu(name: str) -> None:
-    assert views.may_run_low("torch", name) and views.runs_low_one_dtype("torch", name)
+    op = views.function_op("torch", name)
+    assert op is not None and op.cpu is Cast.LOW and views.runs_low_one_dtype("torch", name)
 
 
 @pytest.mark.parametrize(("name", "cuda"), [
     ("mv", Cast.LOW), ("addmv", Cast.LOW), ("tensordot", Cast.PROMOTE),
     ("bilinear", Cast.PROMOTE), ("inner", Cast.LOW), ("embedding", Cast.NONE)])
 def test_cuda_autocast_classes(name: str, cuda: Cast) -> None:
-    assert views.cuda_cast(name) is cuda
+    op = views.function_op("torch", name) or views.method_op(name)
+    assert op is not None and op.cuda is cuda
 
 
 def test_the_namespaces_and_rows_without_low_kernels_need_float32() -> None:
@@ -129,5 +131,7 @@ def test_the_one_dtype_ops_autocast_leaves_alone_somewhere() -> None:
     assert views.may_mix_under_autocast("torch", "lerp")  # none on both
     assert views.may_mix_under_autocast("torch", "dot")  # none on the CPU, promote on CUDA
     assert not views.may_mix_under_autocast("torch", "matmul")  # low on both
-    assert views.module_may_run_low("Linear") and views.module_may_run_low("LayerNorm") is False
-    assert views.module_may_run_low("Sequential") is None
+    linear, norm = views.module_op("Linear"), views.module_op("LayerNorm")
+    assert linear is not None and linear.cpu is Cast.LOW and linear.cuda is Cast.LOW
+    assert norm is not None and Cast.LOW not in (norm.cpu, norm.cuda)
+    assert views.module_op("Sequential") is None

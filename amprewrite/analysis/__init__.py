@@ -17,9 +17,10 @@ from amprewrite.analysis.custom_functions import CustomFunction, custom_function
 from amprewrite.analysis.data_inits import model_module_data_inits
 from amprewrite.analysis.deprecated_amp import DeprecatedAmp, deprecated_amp
 from amprewrite.analysis.distributions import distribution_inputs
+from amprewrite.analysis.dtype.flow import Flow
 from amprewrite.analysis.ema_buffers import buffer_products
 from amprewrite.analysis.entry_point import EntryPoint, entry_point, shuffled_loaders
-from amprewrite.analysis.escapes import Escape, Escapes, find_escapes
+from amprewrite.analysis.escapes import Escape, Escapes, dtype_flow, find_escapes
 from amprewrite.analysis.evaluation import analyse_evaluation
 from amprewrite.analysis.existing_amp import AmpInTraining, amp_in_training, existing_amp
 from amprewrite.analysis.facts import CallSite, ModuleFacts, collect
@@ -33,6 +34,7 @@ from amprewrite.analysis.frameworks import FrameworkSettings, framework_settings
 from amprewrite.analysis.function_regions import FunctionRegions, place_regions
 from amprewrite.analysis.gram_matrices import gram_matrices
 from amprewrite.analysis.hazards import manual_casts, unscaled_autograd_grad, uses_fsdp
+from amprewrite.analysis.hook_statistics import scaled_statistics
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.lint import Lint, lint
 from amprewrite.analysis.optimizer_builds import OptimizerBuild, held_builds, optimizer_builds
@@ -183,13 +185,21 @@ class ModuleAnalysis:
         return [region for split in self._splits for region in split.regions]
 
     @cached_property
+    def dtype_flow(self) -> Flow:
+        """The precision of values, the regions and the forwards kept in autocast low."""
+        return dtype_flow(self.facts, self.kinds, self._regions,
+                          [n for s in self._splits for n in s.forwards])
+
+    @cached_property
+    def scaled_statistics(self) -> list[cst.Call]:
+        """Registrations of backward hooks that keep the (scaled) gradients they see."""
+        return scaled_statistics(self.facts)
+
+    @cached_property
     def escapes(self) -> Escapes:
         """Low-precision values reaching float32 uses after their region."""
-        splits = self._splits
-        return find_escapes(
-            self.facts, self.kinds, self._regions,
-            [*self.function_regions.casts, *(n for s in splits for n in s.float32_inputs)],
-            [n for s in splits for n in s.forwards])
+        return find_escapes(self.dtype_flow, [
+            *self.function_regions.casts, *(n for s in self._splits for n in s.float32_inputs)])
 
     @cached_property
     def saturating(self) -> list[SaturatingInput]:
@@ -263,13 +273,13 @@ class ModuleAnalysis:
     @cached_property
     def float16_constants(self) -> Float16Constants:
         """Fills and epsilons float16 cannot hold."""
-        return float16_constants(self.facts, self.kinds, self._regions)
+        return float16_constants(self.dtype_flow, self._regions)
 
     @cached_property
     def model_fills(self) -> Float16Constants:
         """Fills float16 cannot hold in the forward passes of a module that only defines
         models: they run under a training script's autocast elsewhere."""
-        return model_module_fills(self.facts, self.kinds)
+        return model_module_fills(Flow(self.facts, self.kinds, set()))
 
     @cached_property
     def model_data_inits(self) -> list[Escape]:

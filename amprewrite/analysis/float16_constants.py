@@ -9,12 +9,14 @@ region runs (`forward` and the methods it calls).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amprewrite.analysis.facts import ModuleFacts, Statement
+from amprewrite.analysis.dtype.flow import Flow, Scope
+from amprewrite.analysis.dtype.value import Precision
+from amprewrite.analysis.facts import ModuleFacts
 from amprewrite.analysis.forward import is_model_call
 from amprewrite.analysis.kinds import Kind, KindTable
 from amprewrite.analysis.literals import (
@@ -24,7 +26,6 @@ from amprewrite.analysis.literals import (
     underflows_float16,
 )
 from amprewrite.analysis.names import dotted, duplicable, walk
-from amprewrite.analysis.precision import Precision, PrecisionTracker
 from amprewrite.analysis.training_step import Note, Region
 from amprewrite.analysis.tree import descendants
 from amprewrite.catalog import SKIP, declare
@@ -78,19 +79,17 @@ class Float16Constants:
     notes: list[Note] = field(default_factory=list)  # risky constants reported, not changed
 
 
-def float16_constants(
-    facts: ModuleFacts, kinds: KindTable, regions: list[Region]
-) -> Float16Constants:
+def float16_constants(flow: Flow, regions: list[Region]) -> Float16Constants:
+    """The fills and constants float16 cannot hold in the regions' statements and in the
+    functions they run."""
     found = Float16Constants()
     if not regions:
         return found
-    finder = _Finder(facts, kinds, found, module_constants(facts))
-    inside = {id(s) for region in regions for s in region.statements}
-    for function in _functions_of(regions, facts):
-        finder.scan(function, lambda statement: any(
-            id(outer) in inside for outer in facts.enclosing_statements(statement)))
-    for function in functions_run(regions, facts, kinds):
-        finder.scan(function, lambda statement: True)
+    finder = _Finder(flow.facts, found, module_constants(flow.facts))
+    for function in _functions_of(regions, flow.facts):
+        flow.follow(function, finder)  # checked where a region makes the scope autocast
+    for function in functions_run(regions, flow.facts, flow.kinds):
+        flow.follow(function, finder, autocast=True)
     return found
 
 
@@ -105,74 +104,73 @@ def _functions_of(regions: list[Region], facts: ModuleFacts) -> list[cst.Functio
 
 
 class _Finder:
-    def __init__(self, facts: ModuleFacts, kinds: KindTable, found: Float16Constants,
+    """The dtype flow's `Uses` hook: checks each line that runs under autocast, once."""
+
+    def __init__(self, facts: ModuleFacts, found: Float16Constants,
                  constants: dict[str, float]) -> None:
         self.facts = facts
-        self.kinds = kinds
         self.found = found
         self.constants = constants
         self.seen: set[int] = set()
 
-    def scan(self, function: cst.FunctionDef | None, under_autocast: Callable[[Statement], bool]
-             ) -> None:
-        """Check every line of `function` (None: module level) that runs under autocast."""
-        tracker = PrecisionTracker(self.facts, self.kinds)
-        lines = [s for s, info in self.facts.statements.items()
-                 if info.function is function and isinstance(s, cst.SimpleStatementLine)]
-        for line in sorted(lines, key=self.facts.order.__getitem__):
-            autocast = under_autocast(line)
-            if autocast and id(line) not in self.seen:
-                self.seen.add(id(line))
-                self._check(line, tracker)
-            tracker.bind(line, autocast)
+    def _checked(self, scope: Scope, node: cst.CSTNode) -> bool:
+        """Whether `node` is to be checked now: under autocast, in a line, not seen before."""
+        if not scope.autocast or type(scope.statement) is not cst.SimpleStatementLine \
+                or id(node) in self.seen:
+            return False
+        self.seen.add(id(node))
+        return True
+
+    def expression(self, scope: Scope, node: cst.CSTNode) -> None:
+        if not self._checked(scope, node):
+            return
+        for child in walk(node):
+            if isinstance(child, cst.Call):
+                self._check_call(child, scope)
+            elif isinstance(child, cst.BinaryOperation):
+                self._check_arithmetic(child, scope)
+
+    def store(self, scope: Scope, target: cst.BaseExpression,
+              value: cst.BaseExpression) -> None:
+        # `scores[mask] = -1e9`; a dict or a list takes subscripts too: float16 only
+        if isinstance(target, cst.Subscript) and self._checked(scope, target) \
+                and scope.value_of(target.value).on_cuda() is Precision.LOW:
+            self._fill(target.value, value, scope)
 
     def _value(self, node: cst.BaseExpression) -> float | None:
         return numeric_value(node, self.constants)
 
-    def _check(self, line: cst.SimpleStatementLine, tracker: PrecisionTracker) -> None:
-        for node in walk(line):
-            if isinstance(node, cst.Call):
-                self._check_call(node, tracker)
-            elif isinstance(node, cst.Assign) and len(node.targets) == 1:
-                target = node.targets[0].target
-                # `scores[mask] = -1e9`; a dict or a list takes subscripts too: float16 only
-                if isinstance(target, cst.Subscript) and tracker.of(
-                        target.value, True) is Precision.LOW:
-                    self._fill(target.value, node.value, tracker)
-            elif isinstance(node, cst.BinaryOperation):
-                self._check_arithmetic(node, tracker)
-
-    def _check_call(self, call: cst.Call, tracker: PrecisionTracker) -> None:
+    def _check_call(self, call: cst.Call, scope: Scope) -> None:
         func = call.func
         resolved = self.facts.imports.resolve(func) or ""
         name = resolved.removeprefix("torch.") if resolved.startswith("torch.") else None
         if name in _FILL_FUNCTIONS and not _has_keyword(call, "dtype") and call.args:
             value = _argument(call, _FILL_FUNCTIONS[name], "value")
             if value is not None:
-                self._fill(call.args[0].value, value, tracker)
+                self._fill(call.args[0].value, value, scope)
         elif name == "where" and len(call.args) == 3:
             first, second = call.args[1].value, call.args[2].value
             if self._value(first) is None:
-                self._fill(first, second, tracker)
+                self._fill(first, second, scope)
             elif self._value(second) is None:
-                self._fill(second, first, tracker)
+                self._fill(second, first, scope)
         elif name in ("clamp", "clip") and call.args:
-            self._check_clamp(call, call.args[0].value, tracker, 1)
+            self._check_clamp(call, call.args[0].value, scope, 1)
         elif name is None and isinstance(func, cst.Attribute):
             method = func.attr.value
             if method in _FILL_METHODS and not _has_keyword(call, "dtype"):
                 value = _argument(call, _FILL_METHODS[method], "value")
                 if value is not None:
-                    self._fill(func.value, value, tracker)
+                    self._fill(func.value, value, scope)
             elif method in _CLAMPS:
-                self._check_clamp(call, func.value, tracker, 0)
+                self._check_clamp(call, func.value, scope, 0)
 
     def _fill(self, tensor: cst.BaseExpression, value: cst.BaseExpression,
-              tracker: PrecisionTracker) -> None:
+              scope: Scope) -> None:
         number = self._value(value)
         if number is None or not overflows_float16(number):
             return
-        precision = tracker.of(tensor, True)
+        precision = scope.value_of(tensor).on_cuda()
         if precision in (Precision.FLOAT32, Precision.SCALAR):
             return
         if duplicable(tensor):
@@ -185,8 +183,8 @@ class _Finder:
                                          "`torch.finfo(name.dtype).min`"))
 
     def _check_clamp(self, call: cst.Call, tensor: cst.BaseExpression,
-                     tracker: PrecisionTracker, first: int) -> None:
-        precision = tracker.of(tensor, True)
+                     scope: Scope, first: int) -> None:
+        precision = scope.value_of(tensor).on_cuda()
         if precision in (Precision.FLOAT32, Precision.SCALAR):
             return
         bounds = [a.value for a in call.args[first:first + 2] if a.keyword is None]
@@ -206,7 +204,7 @@ class _Finder:
                            "(6.1e-5) and this tensor is float16 under autocast: it clamps at "
                            "(nearly) zero; clamp after `.float()` or use a larger epsilon")
 
-    def _check_arithmetic(self, node: cst.BinaryOperation, tracker: PrecisionTracker) -> None:
+    def _check_arithmetic(self, node: cst.BinaryOperation, scope: Scope) -> None:
         operator = node.operator
         if not isinstance(operator, cst.Add | cst.Subtract | cst.Multiply | cst.Divide):
             return
@@ -214,7 +212,7 @@ class _Finder:
         tensor = node.left
         if number is None and isinstance(operator, cst.Add | cst.Multiply):
             number, tensor = self._value(node.left), node.right
-        if number is None or tracker.of(tensor, True) is not Precision.LOW:
+        if number is None or scope.value_of(tensor).on_cuda() is not Precision.LOW:
             return
         text = self.facts.module.code_for_node(node.right if tensor is node.left else node.left)
         if isinstance(operator, cst.Add | cst.Subtract) and underflows_float16(number):
@@ -267,17 +265,17 @@ def _model_methods_called(regions: list[Region], kinds: KindTable) -> set[str]:
             and is_model_call(call, kinds) and kinds.of_expr(call.func) is not Kind.MODEL}
 
 
-def model_module_fills(facts: ModuleFacts, kinds: KindTable) -> Float16Constants:
+def model_module_fills(flow: Flow) -> Float16Constants:
     """In a module with nothing to rewrite that defines models (a project's `models.py`),
     the fills float16 cannot hold in their forward passes: those run under the autocast of a
     training script elsewhere. `torch.finfo(x.dtype).min` is right in every dtype."""
     found = Float16Constants()
-    classes = kinds.model_classes()
+    classes = flow.kinds.model_classes()
     if not classes:
         return found
-    finder = _Finder(facts, kinds, found, module_constants(facts))
-    for function in model_module_forwards(facts, classes):
-        finder.scan(function, lambda statement: True)
+    finder = _Finder(flow.facts, found, module_constants(flow.facts))
+    for function in model_module_forwards(flow.facts, classes):
+        flow.follow(function, finder, autocast=True)
     return Float16Constants(fills=found.fills)
 
 

@@ -27,6 +27,7 @@ def recipes() -> tuple[Recipe, ...]:
         nothing.MODEL_MODULE,
         nothing.NOTHING_TO_REWRITE,
         nothing.PROJECT_AMP,
+        nothing.SCALED_STATISTICS,
         mixed_precision.MIXED_PRECISION,
     )
 

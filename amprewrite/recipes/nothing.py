@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from amprewrite.recipes.recipe import Recipe, plain_context
-from amprewrite.rules import fp32_asked, model_module_constants, nothing_found, project_amp_kept
+from amprewrite.rules import (
+    fp32_asked,
+    model_module_constants,
+    nothing_found,
+    project_amp_kept,
+    scaled_hook_statistics,
+)
 
 FP32_ALREADY = Recipe(
     name="fp32-asked",
@@ -35,4 +41,11 @@ PROJECT_AMP = Recipe(
                                        and bool(analysis.evaluation_regions.regions)),
     context=plain_context,
     rules=(project_amp_kept.RULE,),
+)
+
+SCALED_STATISTICS = Recipe(
+    name="scaled-hook-statistics",
+    applies=scaled_hook_statistics.applies,
+    context=plain_context,
+    rules=(scaled_hook_statistics.RULE,),
 )

@@ -29,6 +29,24 @@ CAST_AFTER_AUTOCAST = declare(
     ),
 )
 
+SATURATING_INPUT_CAST = declare(
+    "AMP136", CHANGE, "input of a saturating op cast to float32",
+    "`tanh` or `sigmoid` of a value computed under autocast is subtracted from 1 (a squashed "
+    "action's log-probability `log(1 - tanh(z)^2 + eps)`, a hand-written binary cross-entropy "
+    "`log(1 - sigmoid(x))`): in bfloat16/float16 the op rounds to 1.0 once its input passes "
+    "about 3 and the difference becomes 0. Its input becomes `.float()`, so the op and the "
+    "difference run in float32.",
+    why=(
+        "A tanh or sigmoid of a low-precision value is subtracted from 1, which cancels "
+        "to 0 once the op rounds to 1.0."
+    ),
+    example=(
+        "action = torch.tanh(z)   # z from a Linear under autocast\n"
+        "log_prob = log_prob - torch.log(1 - action.pow(2) + 1e-6)\n"
+        "# becomes: action = torch.tanh(z.float())"
+    ),
+)
+
 ESCAPE_NOT_CASTABLE = declare(
     "AMP133", SKIP, "low-precision values cannot be cast where they are used",
     "A container or starred argument carries autocast outputs to a float32 use: autocast is left "
@@ -56,6 +74,11 @@ def cast_escapes(ctx: RuleContext, escapes: Escapes) -> None:
                               "they are produced, then run again)"))
     if escapes.stuck:
         return
+    for escape in escapes.saturating:
+        ctx.plan.replaces.append(Replace(escape.node, as_float))
+        ctx.notes.append(Note(SATURATING_INPUT_CAST, escape.node,
+                              f"`{_short(code_for(escape.node))}` cast to float32 for "
+                              f"{escape.use}"))
     for escape in escapes.casts:
         text = _short(code_for(escape.node))
         if escape.like is not None:
@@ -166,5 +189,5 @@ for x, y in loader:
 )
 
 
-RULE = rule("escapes", (CAST_AFTER_AUTOCAST, ESCAPE_NOT_CASTABLE), _plan,
+RULE = rule("escapes", (CAST_AFTER_AUTOCAST, SATURATING_INPUT_CAST, ESCAPE_NOT_CASTABLE), _plan,
             examples=_ESCAPES_EXAMPLES)

@@ -70,6 +70,8 @@ class Op:
     same_dtype: bool = False  # its floating inputs (a module's: and weights) share one dtype
     returns: Returns = Returns.TENSOR
     source: int | None = None  # in place: the argument that must have the receiver's dtype
+    # its result tends to ±1 and rounds to it in low precision: `1 - tanh(z)` cancels to 0
+    saturates: bool = False
     aten: str | None = None  # the op registered for CUDA autocast, where not `name`
 
 
@@ -81,9 +83,9 @@ _L, _F, _P, _N, _R = Cast.LOW, Cast.FLOAT32, Cast.PROMOTE, Cast.NONE, Cast.RAISE
 def _op(name: str, where: str, example: str, cpu: Cast = _N, cuda: Cast = _N, *,
         kernels: tuple[str, ...] = tuple(LOW), same: bool = False,
         returns: Returns = Returns.TENSOR, source: int | None = None,
-        aten: str | None = None) -> Op:
+        aten: str | None = None, saturates: bool = False) -> Op:
     return Op(name, frozenset(_CODES[c] for c in where), example, cpu, cuda, frozenset(kernels),
-              same, returns, source, aten)
+              same, returns, source, saturates, aten)
 
 
 _I, _NUM, _OTHER = Returns.INTEGER, Returns.NUMBER, Returns.OTHER
@@ -198,8 +200,8 @@ OPS: tuple[Op, ...] = (
     _op("relu", "tfm", "torch.relu(x)"),
     _op("gelu", "f", "F.gelu(x)"),
     _op("silu", "f", "F.silu(x)"),
-    _op("tanh", "tfm", "torch.tanh(x)"),
-    _op("sigmoid", "tfm", "torch.sigmoid(x)"),
+    _op("tanh", "tfm", "torch.tanh(x)", saturates=True),
+    _op("sigmoid", "tfm", "torch.sigmoid(x)", saturates=True),
     _op("dropout", "tf", "F.dropout(x)"),
     _op("pad", "f", "F.pad(x, (1, 1))"),
     _op("clamp", "tm", "torch.clamp(x, -1.0, 1.0)"),
@@ -349,6 +351,7 @@ LOW_TENSOR_TYPES = {"torch.HalfTensor": "float16", "torch.cuda.HalfTensor": "flo
 OTHER_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double",
                           "torch.long", "torch.int64", "torch.int32", "torch.int",
                           "torch.bool"})
+FLOATING_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,26 @@ def _names(keep: frozenset[Where]) -> dict[str, Op]:
 _BY_FUNCTION = _names(_FUNCTIONS)
 _BY_METHOD = _names(_METHODS)
 _BY_MODULE = _names(frozenset({Where.MODULE}))
-_BY_OP = {**_BY_METHOD, **_BY_FUNCTION}  # a name spelled either way: `x.softmax`, `torch.mm`
 
 
 def _may_run_low(op: Op) -> bool:
     return Cast.LOW in (op.cpu, op.cuda)
+
+
+# Rows, for the dtype flow ------------------------------------------------------------------
+def function_op(module: str, name: str) -> Op | None:
+    """The row of `torch.<name>` or `torch.nn.functional.<name>` (`module` qualified)."""
+    return _BY_FUNCTION.get(name) if module in _TORCH_MODULES else None
+
+
+def method_op(name: str) -> Op | None:
+    """The row of the tensor (or module, or distribution) method `name`."""
+    return _BY_METHOD.get(name)
+
+
+def module_op(name: str) -> Op | None:
+    """The row of the nn module class `name` (`Linear`)."""
+    return _BY_MODULE.get(name)
 
 
 # Questions of escapes (a value that may be low precision, and the uses that need float32) ----
@@ -57,12 +72,6 @@ def runs_low_one_dtype(module: str, name: str) -> bool:
     or CUDA), one dtype for its inputs outside it."""
     op = _BY_FUNCTION.get(name) if module in _TORCH_MODULES else None
     return op is not None and _may_run_low(op) and op.same_dtype
-
-
-def may_run_low(module: str, name: str) -> bool:
-    """A torch function that autocast runs in low precision (on the CPU or CUDA)."""
-    op = _BY_FUNCTION.get(name) if module in _TORCH_MODULES else None
-    return op is not None and _may_run_low(op)
 
 
 def may_mix_under_autocast(module: str, name: str) -> bool:
@@ -95,12 +104,6 @@ def values_and_indices(method: str | None) -> bool:
     return op is not None and op.returns is Returns.VALUES_AND_INDICES
 
 
-def maybe_integer(method: str | None) -> bool:
-    """`dist.sample()`: a distribution's dtype, an integer one for a categorical."""
-    op = _BY_METHOD.get(method or "")
-    return op is not None and op.returns is Returns.MAYBE_INTEGER
-
-
 def receiver_dtype_source(method: str) -> int | None:
     """`t.index_add_(0, i, v)`: the position of the argument that must have the receiver's
     dtype, under autocast or not."""
@@ -108,39 +111,18 @@ def receiver_dtype_source(method: str) -> int | None:
     return op.source if op is not None else None
 
 
-# Questions of the CUDA precision of a value (the float16 constants) -------------------------
-def cuda_cast(name: str) -> Cast | None:
-    """CUDA autocast's class of the torch function or tensor method `name`."""
-    op = _BY_OP.get(name)
-    return op.cuda if op is not None else None
-
-
-def keeps_first(name: str) -> bool:
-    """A torch function whose result has its first argument's dtype under CUDA autocast."""
-    op = _BY_FUNCTION.get(name)
-    return op is not None and op.cuda is Cast.NONE and op.returns is Returns.TENSOR
+def saturates(module: str, name: str, *, method: bool) -> bool:
+    """`torch.tanh`, `F.sigmoid`, `.tanh()` (with `method`): a result that rounds to ±1 in
+    low precision."""
+    op = _BY_METHOD.get(name) if method else function_op(module, name)
+    return op is not None and op.saturates
 
 
 def returns_of(name: str, *, method: bool) -> Returns | None:
-    """What the torch function (or, with `method`, the tensor method) `name` returns."""
+    """What the torch function (or, with `method`, the tensor method) `name` returns (by last
+    name, any module)."""
     op = (_BY_METHOD if method else _BY_FUNCTION).get(name)
     return op.returns if op is not None else None
-
-
-def module_cuda_cast(name: str) -> Cast | None:
-    """CUDA autocast's class of the nn module class `name` (`Linear`): its forward's op;
-    FLOAT32 for a module whose result has its float32 weights' dtype (`Embedding`)."""
-    op = _BY_MODULE.get(name)
-    if op is None:
-        return None
-    return Cast.FLOAT32 if op.returns is Returns.FLOAT32 else op.cuda
-
-
-def module_may_run_low(name: str) -> bool | None:
-    """Whether the nn module class `name` (`Linear`) may return low precision from float32
-    inputs under autocast (on the CPU or CUDA); None for a class the table does not hold."""
-    op = _BY_MODULE.get(name)
-    return None if op is None else _may_run_low(op)
 
 
 def low_cast_method(name: str) -> str | None:
