@@ -74,3 +74,27 @@ def declared() -> dict[str, Code]:
 def declared_code(code_id: str) -> Code | None:
     """The code with this id if a module imported until now declared it."""
     return _DECLARED.get(code_id)
+
+
+# Each code's documentation: docs/findings.md has an anchor per code (`<a id="AMP212"></a>`,
+# written by `generated_docs`), and `docs-url` in [tool.amprewrite] replaces the template.
+# REPOSITORY is the project's repository, as [project.urls] of pyproject.toml names it
+# (tests/test_docs_url.py keeps the two the same): None while it names none, and then no
+# finding has a docs URL unless the configuration gives a template.
+REPOSITORY: str | None = None
+FINDINGS_PAGE = "docs/findings.md"
+CODE_FIELD = "{code}"  # where a docs URL template puts the code's id
+
+
+def default_docs_url() -> str | None:
+    """The docs URL template without `docs-url`: the code's row of docs/findings.md on the
+    project's repository (main branch), or None where the project names no repository."""
+    if REPOSITORY is None:
+        return None
+    return f"{REPOSITORY.rstrip('/')}/blob/main/{FINDINGS_PAGE}#{CODE_FIELD}"
+
+
+def docs_url(code_id: str, template: str | None) -> str | None:
+    """The URL of a code's documentation from a template (`...#{code}`); None without one. The
+    template's other braces are kept as they are (it is no format string)."""
+    return None if template is None else template.replace(CODE_FIELD, code_id)

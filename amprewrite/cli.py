@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from amprewrite import __version__
-from amprewrite.catalog import Severity
+from amprewrite.catalog import Severity, default_docs_url
 from amprewrite.config import ConfigError, find_pyproject, read_config
 from amprewrite.discovery import DEFAULT_INCLUDE, Problem, Target, find_targets, forced_out
 from amprewrite.fileio import resolved
@@ -44,9 +44,14 @@ from amprewrite.usage_checks import UsageProblem, check_settings, code_prefixes
 
 
 def _explain(ctx: click.Context, parameter: click.Parameter, value: str | None) -> None:
+    """`--explain CODE`, with the docs URL of the configuration found from the current
+    directory (as ruff finds it: --explain is eager, so --config and the paths are not read)."""
+    if value is None or ctx.resilient_parsing:
+        return
     from amprewrite.explain import explain_option  # loads the catalog: only for --explain
 
-    explain_option(ctx, parameter, value)
+    _, config = _config(None, [])
+    explain_option(ctx, parameter, value, docs_url_template(config))
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -195,23 +200,25 @@ def main(
         err = report_on_stderr(paths, write) and output_file is None
         with report_to(output_file):
             _report(ctx, outcomes, output_format, statistics, verbosity, show_diff, write,
-                    err, text)
+                    err, text, settings["docs_url"])
         sys.exit(exit_code(outcomes, exit_zero, check))
 
 
 def _report(
     ctx: click.Context, outcomes: list[FileOutcome], output_format: str, statistics: bool,
     verbosity: Verbosity, show_diff: bool, write: bool, err: bool, text: str,
+    docs_url: str | None,
 ) -> None:
-    """The report in the format asked for (`err`: on stderr, where stdout holds the code)."""
+    """The report in the format asked for (`err`: on stderr, where stdout holds the code);
+    `docs_url`: the template of each code's docs URL (JSON's `url`, SARIF's `helpUri`)."""
     if statistics:
         print_statistics(outcomes, err)
     elif output_format == "json":
-        print_json(outcomes, not write, text, err)
+        print_json(outcomes, not write, text, err, docs_url=docs_url)
     elif output_format == "github":
         print_github(outcomes, not write, err)
     elif output_format == "sarif":
-        print_sarif(outcomes, not write, err)
+        print_sarif(outcomes, not write, err, docs_url=docs_url)
     else:
         for outcome in outcomes:
             report_findings(outcome, verbosity, would=not write)
@@ -368,17 +375,14 @@ def _settings(
     and the project root (the config's directory, else the current one) that --force-exclude
     matches named paths against."""
     settings = {name: ctx.params[name] for name in _CONFIGURABLE}
-    try:
-        pyproject = config_path or find_pyproject(_named(paths, ctx.params["stdin_filename"]))
-        config = read_config(pyproject) if pyproject is not None else {}
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from exc
+    pyproject, config = _config(config_path, _named(paths, ctx.params["stdin_filename"]))
     from_config = [name for name in config
                    if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT]
     for name in from_config:
         value = config[name]
         settings[name] = ",".join(value) if isinstance(value, list) else value
     settings["per_file_ignores"] = config.get("per_file_ignores", {})
+    settings["docs_url"] = docs_url_template(config)
     given = [name for name in settings if name in from_config
              or ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
     try:
@@ -386,6 +390,22 @@ def _settings(
     except UsageProblem as exc:
         raise click.UsageError(str(exc)) from exc
     return settings, pyproject.parent if pyproject is not None else Path.cwd()
+
+
+def _config(config_path: Path | None, named: list[Path]) -> tuple[Path | None, dict]:
+    """The pyproject.toml in use (`--config`, else the nearest with a [tool.amprewrite] above
+    the `named` paths, the current directory where none is named) and its table; a
+    configuration error is a usage error (exit 2)."""
+    try:
+        pyproject = config_path or find_pyproject(named)
+        return pyproject, read_config(pyproject) if pyproject is not None else {}
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def docs_url_template(config: dict) -> str | None:
+    """The template of each code's docs URL: `docs-url`, else the project's findings page."""
+    return config.get("docs_url", default_docs_url())
 
 
 def _line_length(paths: list[Path]) -> int | None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from amprewrite.catalog import CODE_FIELD
 from amprewrite.fileio import resolved
 from amprewrite.options import DTYPES, OPT_LEVELS
 
@@ -20,6 +21,7 @@ KEYS = {
     "master-weights": bool, "loss-scale": (str, int, float), "reproducible": bool, "seed": int,
     "include": str, "exclude": str, "extend-exclude": str, "force-exclude": bool,
     "select": list, "ignore": list, "unsafe-fixes": bool, "per-file-ignores": dict,
+    "docs-url": str,
 }
 
 
@@ -74,7 +76,8 @@ _EXAMPLES = {"opt-level": '"O1"', "dtype": '"bfloat16"', "plain": "true",
              "keep-batchnorm-fp32": "true", "master-weights": "true", "loss-scale": '"dynamic"',
              "reproducible": "true", "seed": "0", "include": "'\\.py$'", "exclude": '"/legacy/"',
              "extend-exclude": '"/gen/"', "force-exclude": "true", "select": '["AMP1"]',
-             "ignore": '["AMP106"]', "per-file-ignores": '{ "legacy/*.py" = ["AMP"] }'}
+             "ignore": '["AMP106"]', "per-file-ignores": '{ "legacy/*.py" = ["AMP"] }',
+             "docs-url": '"https://example.org/amprewrite/findings#{code}"'}
 _CHOICES = {"opt-level": OPT_LEVELS, "dtype": DTYPES}
 _PATTERNS = ("include", "exclude", "extend-exclude")
 
@@ -102,6 +105,9 @@ def _value_problem(key: str, value: object) -> str | None:
         except re.error as exc:
             return (f"expected a regular expression, got {_toml(value)} ({exc}); "
                     f"write e.g. {key} = {_EXAMPLES[key]}")
+    if key == "docs-url" and CODE_FIELD not in value:
+        return (f"expected a URL template containing {CODE_FIELD} (where each finding's code "
+                f"goes), got {_toml(value)}; write e.g. {key} = {_EXAMPLES[key]}")
     return None
 
 

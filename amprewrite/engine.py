@@ -1,4 +1,5 @@
-"""The codemod for one source: parse -> analyse -> plan -> transform -> render -> check."""
+"""The codemod for one source: parse -> analyse -> plan -> transform -> render -> check ->
+fit the lines the change lengthened."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from amprewrite.findings import (
     Finding,
 )
 from amprewrite.ledger import account
+from amprewrite.line_fitting import line_fitter, line_joiner
 from amprewrite.line_map import line_map
 from amprewrite.options import Options, validate
 from amprewrite.recipes import choose
@@ -204,7 +206,8 @@ def _then_rewrite(
     if checked.rejections:  # what the migration kept is the result: no second phase
         findings = first
         findings.sort(key=lambda f: (f.line, f.col, f.code))
-        return RewriteResult(text, findings, text != source, withheld=_reason(withheld))
+        return RewriteResult(_fitted(text, source, module, ctx.line_limit, options), findings,
+                             text != source, withheld=_reason(withheld))
     migrated = rendered[-1][1] if rendered[-1][0] is checked.plan else module
     to_original = line_map(text, source)
     second = _run(migrated, text, ctx.next_options or options, ctx.scaler_arguments,
@@ -224,7 +227,9 @@ def _then_rewrite(
         for f in second.findings if f.code not in (NOTHING_TO_DO, ALREADY_MIXED_PRECISION)
     ]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
-    return RewriteResult(second.source, findings, second.source != source, second.own_amp,
+    return RewriteResult(_fitted(second.source, source, module, ctx.line_limit,
+                                 ctx.next_options or options),
+                         findings, second.source != source, second.own_amp,
                          _reason(withheld) or second.withheld)
 
 
@@ -251,8 +256,26 @@ def _apply(
     findings = [*_findings(layout, checked.notes), *_held(withheld), *checked.rejections,
                 *ctx.file_findings]
     findings.sort(key=lambda f: (f.line, f.col, f.code))
-    return RewriteResult(checked.source, findings, checked.source != source,
-                         withheld=_reason(withheld))
+    return RewriteResult(_fitted(checked.source, source, module, ctx.line_limit, ctx.options),
+                         findings, checked.source != source, withheld=_reason(withheld))
+
+
+def _fitted(output: bytes, source: bytes, module: cst.Module, limit: int,
+            options: Options) -> bytes:
+    """The verified output with the lines the rewrite took past `limit` columns wrapped, or
+    at O0 the statements it changed joined where they fit (`line_fitting`: the layout
+    changes, the program's `ast` does not)."""
+    if output == source:
+        return output
+    text = output.decode(module.encoding)
+    original = source.decode(module.encoding)
+    fit = line_joiner(original, limit) if options.opt_level == "O0" else line_fitter(
+        original, limit, module.default_indent)
+    try:
+        fitted = fit(text)
+    except Exception:  # a layout step: its failure must not cost the rewrite
+        return output
+    return output if fitted == text else fitted.encode(module.encoding)
 
 
 def _laid_out(

@@ -1,5 +1,6 @@
 """`amprewrite --explain AMP212` (as `ruff rule`): a finding code's title, why it fires, what
-to do and an example, from the catalog (the declaration's text, or its rule's examples)."""
+to do and an example, from the catalog (the declaration's text, or its rule's examples), and
+where its documentation is (`Docs: URL`, where there is a docs URL)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ import textwrap
 
 import click
 
-from amprewrite.catalog import Code
+from amprewrite.catalog import Code, docs_url
 from amprewrite.code_index import codes
 from amprewrite.rules.registry import all_rules
 
 
-def explanation(code: Code) -> str:
-    """The text `--explain` prints for `code`."""
+def explanation(code: Code, docs_url_template: str | None = None) -> str:
+    """The text `--explain` prints for `code`, ending with its docs URL where the template
+    (`docs-url`, or the project's findings page) gives one."""
     wrap = textwrap.TextWrapper(width=88)
+    url = docs_url(code.id, docs_url_template)
     return "\n".join([
         f"{code.id} ({code.severity.value}): {code.title}",
         "",
@@ -26,6 +29,7 @@ def explanation(code: Code) -> str:
         "Example:",
         "",
         textwrap.indent(example(code), "    ", lambda _: True),
+        *(["", f"Docs: {url}"] if url is not None else []),
     ])
 
 
@@ -44,9 +48,11 @@ def example(code: Code) -> str:
     return "\n".join(example_diff(shown.before, shown.after))
 
 
-def explain_option(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
-    """The eager `--explain CODE` option: print the explanation and exit, or exit 2 naming the
-    codes it resembles."""
+def explain_option(
+    ctx: click.Context, _: click.Parameter, value: str | None, docs_url_template: str | None,
+) -> None:
+    """The eager `--explain CODE` option: print the explanation (with the code's docs URL from
+    `docs_url_template`) and exit, or exit 2 naming the codes it resembles."""
     if value is None or ctx.resilient_parsing:
         return
     known = codes()
@@ -56,7 +62,7 @@ def explain_option(ctx: click.Context, _: click.Parameter, value: str | None) ->
         hint = f"; did you mean {' or '.join(close)}?" if close else (
             " (docs/findings.md lists every code)")
         raise click.BadParameter(f"no finding code {value!r}{hint}", ctx, param_hint="--explain")
-    click.echo(explanation(code))
+    click.echo(explanation(code, docs_url_template))
     ctx.exit(0)
 
 

@@ -16,12 +16,18 @@ COMMAND = "python -m amprewrite.generated_docs"
 
 
 def findings_table() -> str:
-    """The Markdown table of every code, as docs/findings.md shows it."""
+    """The Markdown table of every code, as docs/findings.md shows it: each row with its
+    code's anchor (`#AMP212`), where docs URLs point (`catalog.default_docs_url`)."""
     rows = ["| code | severity | what | why it fires | what to do |",
             "| --- | --- | --- | --- | --- |"]
-    rows += [f"| {c.id} | {c.severity.value} | {c.title} | {c.why} | {c.advice} |"
-             for c in codes().values()]
+    rows += [f"| {code_anchor(c.id)}{c.id} | {c.severity.value} | {c.title} | {c.why} | "
+             f"{c.advice} |" for c in codes().values()]
     return "\n".join(rows) + "\n"
+
+
+def code_anchor(code_id: str) -> str:
+    """The anchor of a code's row: its id as it is, so that `#{code}` finds it."""
+    return f'<a id="{code_id}"></a>'
 
 
 TABLE_START = f"<!-- generated from amprewrite.catalog: {COMMAND} -->\n"

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from amprewrite import __version__
-from amprewrite.catalog import Severity, declared_code
+from amprewrite.catalog import Code, Severity, declared_code, docs_url
 from amprewrite.findings import Finding
 from amprewrite.notebook_cells import CellFinding
 from amprewrite.report import status_text
@@ -22,16 +22,20 @@ _GITHUB_LEVEL = {Severity.ERROR: "error", Severity.LINT: "error", Severity.SKIP:
 
 
 def print_json(
-    outcomes: list[FileOutcome], would: bool, summary: str, err: bool = False
+    outcomes: list[FileOutcome], would: bool, summary: str, err: bool = False, *,
+    docs_url: str | None,
 ) -> None:
     """One JSON document on stdout (stderr with `err`): every file, its status and its
-    findings (in a notebook, each with its `cell`: null for a finding on the whole file)."""
+    findings (in a notebook, each with its `cell`: null for a finding on the whole file), each
+    with the `url` of its code's documentation from the `docs_url` template (null without
+    one)."""
     document = {
         "files": [
             {
                 "path": outcome.path,
                 "status": status_text(outcome.status, would),
-                "findings": [_json(f, is_notebook(outcome.path)) for f in outcome.findings],
+                "findings": [_json(f, is_notebook(outcome.path), docs_url)
+                             for f in outcome.findings],
             }
             for outcome in outcomes
         ],
@@ -40,12 +44,13 @@ def print_json(
     click.echo(json.dumps(document, indent=2), err=err)
 
 
-def _json(finding: Finding, notebook: bool) -> dict[str, Any]:
+def _json(finding: Finding, notebook: bool, template: str | None) -> dict[str, Any]:
     shown: dict[str, Any] = {"code": finding.code}
     if notebook:
         shown["cell"] = finding.cell if isinstance(finding, CellFinding) else None
     return shown | {"line": finding.line, "column": finding.col, "message": finding.message,
-                    "severity": finding.severity.value}
+                    "severity": finding.severity.value,
+                    "url": docs_url(finding.code, template)}
 
 
 def print_github(outcomes: list[FileOutcome], would: bool, err: bool = False) -> None:
@@ -95,13 +100,16 @@ def _property(value: str) -> str:
 _SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def print_sarif(outcomes: list[FileOutcome], would: bool, err: bool = False) -> None:
+def print_sarif(
+    outcomes: list[FileOutcome], would: bool, err: bool = False, *, docs_url: str | None,
+) -> None:
     """One SARIF 2.1.0 log (GitHub code scanning reads it): a rule per code found, with its
-    title, why it fires and what to do, and a result per finding at its file, line and
-    column (a notebook's on the line of the .ipynb file that shows it)."""
+    title, why it fires and what to do, and its docs URL (`helpUri`) where the `docs_url`
+    template gives one, and a result per finding at its file, line and column (a notebook's
+    on the line of the .ipynb file that shows it)."""
     findings = [(outcome, f) for outcome in outcomes for f in outcome.findings]
     codes = sorted({f.code for _, f in findings})
-    rules = [_sarif_rule(code) for code in codes]
+    rules = [sarif_rule(code, docs_url) for code in codes]
     index = {code: i for i, code in enumerate(codes)}
     results = []
     for outcome, f in findings:
@@ -121,15 +129,38 @@ def print_sarif(outcomes: list[FileOutcome], would: bool, err: bool = False) -> 
     click.echo(json.dumps(log, indent=2), err=err)
 
 
-def _sarif_rule(code: str) -> dict[str, Any]:
+def sarif_rule(code: str, template: str | None) -> dict[str, Any]:
+    """A code's SARIF rule: its title, why it fires, its help (in text and in Markdown: title,
+    why, what to do, and the docs URL) and `helpUri`, where the template gives a URL. A code
+    the catalog does not know (a test's) has its id only."""
     declared = declared_code(code)
     if declared is None:
         return {"id": code}
-    return {"id": code, "name": declared.title,
-            "shortDescription": {"text": declared.title},
-            "fullDescription": {"text": declared.why},
-            "help": {"text": declared.advice},
-            "properties": {"severity": declared.severity.value}}
+    url = docs_url(declared.id, template)
+    rule: dict[str, Any] = {
+        "id": code, "name": declared.title,
+        "shortDescription": {"text": declared.title},
+        "fullDescription": {"text": declared.why},
+        "help": {"text": _help_text(declared, url), "markdown": _help_markdown(declared, url)},
+        "properties": {"severity": declared.severity.value}}
+    if url is not None:
+        rule["helpUri"] = url
+    return rule
+
+
+def _help_text(code: Code, url: str | None) -> str:
+    """A rule's help as plain text, as `--explain` words it."""
+    docs = f"\n\nDocs: {url}" if url is not None else ""
+    return (f"{code.id} ({code.severity.value}): {code.title}\n\nWhy it fires: {code.why}"
+            f"\n\nWhat to do: {code.advice}{docs}")
+
+
+def _help_markdown(code: Code, url: str | None) -> str:
+    """A rule's help in Markdown (the catalog's text is Markdown already: `code` spans),
+    linking the docs URL."""
+    docs = f"\n\n[{code.id} in amprewrite's findings]({url})" if url is not None else ""
+    return (f"**{code.id}** ({code.severity.value}): {code.title}\n\n**Why it fires:** "
+            f"{code.why}\n\n**What to do:** {code.advice}{docs}")
 
 
 def print_statistics(outcomes: list[FileOutcome], err: bool = False) -> None:

@@ -83,7 +83,7 @@ accelerator = Accelerator()
 '''
     output, _ = _rewrite(source)
     assert ("from amprewrite_runtime import accelerate_mixed_precision as "
-            "amp_accelerate_mixed_precision") in output
+            "amp_accelerate_mixed_precision") in ast.unparse(ast.parse(output))
     assert "mixed_precision=amp_accelerate_mixed_precision()" in output
 
 
@@ -146,7 +146,7 @@ def test_fsdp_policy_in_a_file_without_torch_imports_it() -> None:
         "torch.nn.functional", "F")
     output, findings = _rewrite(source, dtype="bfloat16", plain=True)
     assert "from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard" in (
-        output)
+        ast.unparse(ast.parse(output)))
     assert output.startswith("import torch\n")  # where isort puts it
     assert ("mp_policy = MixedPrecisionPolicy( param_dtype=torch.bfloat16, "
             "reduce_dtype=torch.float32 )") in " ".join(output.split())
@@ -292,3 +292,64 @@ def test_o0_keeps_a_switch_the_author_set() -> None:
     output, findings = _rewrite(source, opt_level="O0")
     assert output == source
     assert 'AMP429 `mixed_precision="fp16"` is the script\'s own setting' in findings
+
+
+def test_the_authors_comments_stay_with_their_arguments() -> None:
+    """The switch's arguments are laid out like the last one, without its comment: before,
+    `report_to="none",  # no wandb` lent its comment to both new arguments (trl's tests)."""
+    source = '''\
+from transformers import Trainer, TrainingArguments
+
+
+def main(model, data):
+    args = TrainingArguments(
+        output_dir="out",  # where checkpoints go
+        report_to="none",  # no wandb
+    )
+    Trainer(model=model, args=args, train_dataset=data).train()
+'''
+    output, _ = _rewrite(source)
+    assert '        output_dir="out",  # where checkpoints go\n' in output
+    assert '        report_to="none",  # no wandb\n        bf16=' in output
+    assert output.count("#") == 2
+
+
+def test_a_switch_after_one_argument_and_a_comment_line_is_laid_out_as_an_argument() -> None:
+    """accelerate's sp-alst example: `Accelerator(\\n    a=a,\\n    # b=...,\\n)`; before, the
+    switch went to column 0 after a copy of the comment line."""
+    source = '''\
+from accelerate import Accelerator
+
+accelerator = Accelerator(
+    parallelism_config=parallelism_config,
+    #    log_with="wandb",  # enable to log into wandb
+)
+'''
+    output, _ = _rewrite(source)
+    assert ('    parallelism_config=parallelism_config,\n'
+            '    mixed_precision=accelerate_mixed_precision(),\n'
+            '    #    log_with="wandb",  # enable to log into wandb\n)\n') in output
+    assert output.count("log_with") == 1
+
+
+@pytest.mark.parametrize(("handlers", "kept"), [
+    ("[AORecipeKwargs(config=Float8LinearConfig())] if args.fp8 else []", True),
+    ("kwargs", True),  # bound elsewhere: accelerate's fsdp2_fp8 example
+    ("[DistributedDataParallelKwargs(find_unused_parameters=True)]", False),
+])
+def test_an_accelerator_with_the_scripts_own_float8_recipe_is_left_to_its_launcher(
+    handlers: str, kept: bool
+) -> None:
+    source = f'''\
+from accelerate import Accelerator
+from accelerate.utils import AORecipeKwargs, DistributedDataParallelKwargs
+
+
+def main(args, kwargs):
+    accelerator = Accelerator(kwargs_handlers={handlers})
+'''
+    source = source if kept or "AORecipe" in handlers else source.replace(
+        "AORecipeKwargs, ", "")
+    output, findings = _rewrite(source)
+    assert ("mixed_precision=" not in output) is kept
+    assert ("AMP421" in findings and "float8 recipe (`AORecipeKwargs`" in findings) is kept

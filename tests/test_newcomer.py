@@ -67,7 +67,7 @@ def test_an_unknown_config_key_gets_a_did_you_mean(
 def test_an_unknown_config_key_far_from_any_lists_the_known_ones(project: Path) -> None:
     (project / "pyproject.toml").write_text('[tool.amprewrite]\ncolour = "red"\n')
     code, _, err = _run("train.py")
-    assert code == 2 and "did you mean" not in err and "known: dtype, exclude" in err
+    assert code == 2 and "did you mean" not in err and "known: docs-url, dtype, exclude" in err
 
 
 def test_force_exclude_applies_the_excludes_to_named_files(project: Path) -> None:

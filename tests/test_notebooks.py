@@ -407,7 +407,8 @@ def test_json_output_names_cells(notebook: Path) -> None:
     assert failed["findings"][0]["cell"] is None  # a finding on the whole notebook
     assert entry["findings"][0] == {
         "code": "AMP100", "cell": 5, "line": 2, "column": 1, "severity": "change",
-        "message": "grad scaler `scaler` would be created right after the optimizer is built"}
+        "message": "grad scaler `scaler` would be created right after the optimizer is built",
+        "url": None}
     assert {f["cell"] for f in entry["findings"]} == {5, 7, 8}
 
 

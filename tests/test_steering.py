@@ -17,6 +17,7 @@ import pytest
 
 from amprewrite.catalog import CHANGE, LINT
 from amprewrite.engine import RewriteResult, rewrite_source
+from amprewrite.line_fitting import line_joiner
 from amprewrite.options import Options
 from amprewrite.suppressions import line_codes, wanted
 from tests.fixture_cases import FIXTURES
@@ -42,7 +43,10 @@ def _added(before: bytes, after: bytes) -> Counter[str]:
     to what the output uses) and backwards (a loss the region would have hoisted into a
     variable is scaled where it stands once the region is withheld); casts to float32 taken
     out (a line may keep one of the full rewrite's two, a no-op without its region)."""
-    lines = difflib.ndiff(before.decode().splitlines(), after.decode().splitlines())
+    joined = line_joiner("", sys.maxsize)  # a statement is compared on one line, however
+    # the rewrite wrapped it (a line one run moves into autocast is wrapped, the other's not)
+    lines = difflib.ndiff(joined(before.decode()).splitlines(),
+                          joined(after.decode()).splitlines())
     return Counter(line[2:].strip().replace(".float()", "") for line in lines
                    if line.startswith("+ ") and ".backward(" not in line
                    and not line[2:].lstrip().startswith(("import ", "from ")))
@@ -83,7 +87,7 @@ def _commented(source: bytes, line: int, comment: str) -> bytes | None:
 @pytest.mark.parametrize("path", _fixtures(O1_INPUTS))
 def test_a_comment_at_a_line_withholds_what_ignoring_its_code_does(path: Path) -> None:
     """Where a code is reported at one line only, a comment there and `--ignore` of the code
-    withhold the same edits: the outputs differ by the comment only."""
+    withhold the same edits: the outputs differ by the comment (and the layout) only."""
     source = path.read_bytes()
     made = _changes(rewrite_source(source, Options()))
     once = Counter(code for code, _ in made)
@@ -94,7 +98,11 @@ def test_a_comment_at_a_line_withholds_what_ignoring_its_code_does(path: Path) -
             continue
         ignored = rewrite_source(source, Options(ignore=(code,))).source
         result = rewrite_source(commented, Options()).source
-        assert result.replace(b"  " + form.encode(), b"") == ignored, (code, line)
+        uncommented = result.replace(b"  " + form.encode(), b"")
+        # the comment lengthens its line, which may set the file's line limit: the two may
+        # be laid out apart (`line_fitting`), and are the same program
+        assert uncommented == ignored or ast.dump(ast.parse(uncommented)) == ast.dump(
+            ast.parse(ignored)), (code, line)
 
 
 TRAINING = b"""\

@@ -50,18 +50,38 @@ def append_arguments(new: Sequence[cst.Arg], comma_before: cst.Comma | None = No
                                            new[-1]])
         last = args[-1]
         if last.comma is cst.MaybeSentinel.DEFAULT:  # what followed the last one ends the call
-            args[-1] = last.with_changes(comma=comma_before or space,
+            before = space if comma_before is None else _line_break(comma_before)
+            args[-1] = last.with_changes(comma=before,
                                          whitespace_after_arg=cst.SimpleWhitespace(""))
             added = [*(a.with_changes(comma=space) for a in new[:-1]),
                      new[-1].with_changes(whitespace_after_arg=last.whitespace_after_arg)]
         else:
-            separator = args[-2].comma if len(args) > 1 else last.comma
-            args[-1] = last.with_changes(comma=separator)
-            added = [*(a.with_changes(comma=separator) for a in new[:-1]),
-                     new[-1].with_changes(comma=last.comma)]
+            assert isinstance(last.comma, cst.Comma)
+            separator = args[-2].comma if len(args) > 1 else last.comma.with_changes(
+                whitespace_after=node.whitespace_before_args)  # `(\n    a,\n)`: `(`'s break
+            assert isinstance(separator, cst.Comma)
+            args[-1] = last.with_changes(comma=_line_break(separator, last.comma))
+            added = [*(a.with_changes(comma=_line_break(separator)) for a in new[:-1]),
+                     new[-1].with_changes(comma=_line_break(last.comma, lines=True))]
         return node.with_changes(args=[*args, *added])
 
     return build
+
+
+def _line_break(
+    comma: cst.Comma, comment_of: cst.Comma | None = None, lines: bool = False
+) -> cst.Comma:
+    """`comma` (a line break the new arguments are laid out by) with the comment after
+    `comment_of` (None: no comment), and the comment lines under it only with `lines`: the
+    author's comments stay with the arguments they were written at."""
+    after = comma.whitespace_after
+    if not isinstance(after, cst.ParenthesizedWhitespace):
+        return comma
+    own = comment_of.whitespace_after if comment_of is not None else None
+    first = own.first_line if isinstance(own, cst.ParenthesizedWhitespace) else (
+        cst.TrailingWhitespace())
+    return comma.with_changes(whitespace_after=after.with_changes(
+        first_line=first, empty_lines=after.empty_lines if lines else ()))
 
 
 def append_in_layout(

@@ -85,7 +85,10 @@ def attack(model, x):
 for z in loader:
     with autocast():
         fake = generator(z)
-    loss = critic(attack(critic, fake.float()).float()).mean() + critic(fake.float()).mean()
+    loss = (
+        critic(attack(critic, fake.float()).float()).mean()
+        + critic(fake.float()).mean()
+    )
     optimizer.zero_grad()
     scaler.scale(loss).backward()
     scaler.step(optimizer)

@@ -70,8 +70,12 @@ FRAMEWORK_SWITCHED_ON = declare(
 FRAMEWORK_PRECISION_SET = declare(
     "AMP421", SKIP, "framework already sets its precision",
     "The `mixed_precision`/`precision`/`bf16`/`fp16` argument or the config's precision section "
-    "is already given: left as is.",
-    why="The framework's precision argument or config section is already given.",
+    "is already given, or the `Accelerator` gets a float8 recipe of the script's own "
+    "(`AORecipeKwargs`, `TERecipeKwargs`, `MSAMPRecipeKwargs`, `FP8RecipeKwargs` in "
+    "`kwargs_handlers`: float8 where `accelerate launch --mixed_precision fp8` runs it): left "
+    "as is.",
+    why=("The framework's precision argument or config section is already given, or an "
+         "`Accelerator` gets the script's own float8 recipe."),
     example="accelerator = Accelerator(mixed_precision=\"no\")   # left as is",
 )
 
@@ -191,6 +195,13 @@ def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> 
                 f"(`{authors[switch.framework]}`): this one's default is its choice too; "
                 "left unchanged")))
             continue
+        recipe = _authors_float8_recipe(ctx, switch)
+        if recipe is not None:
+            ctx.notes.append(Note(FRAMEWORK_PRECISION_SET, switch.node, (
+                f"`{switch.framework}` gets the script's own float8 recipe (`{recipe}` in "
+                "`kwargs_handlers`): its precision is the launcher's (`--mixed_precision fp8`); "
+                "left unchanged")))
+            continue
         if switch.current is not None:
             current = ctx.facts.one_line(switch.current).rstrip(", ")
             who = (f"the {switch.framework}" if isinstance(switch.node, cst.Dict)
@@ -213,6 +224,23 @@ def switch_on_mixed_precision(ctx: RuleContext, settings: FrameworkSettings) -> 
     for hidden in settings.hidden:
         ctx.notes.append(Note(FRAMEWORK_SETTING_OUT_OF_SIGHT, hidden.node,
                               _hidden_message(hidden, dtype)))
+
+
+# Accelerate's float8 recipes: a script handing one to its `Accelerator` trains in float8
+# where it is launched with `--mixed_precision fp8`, and a switch of ours would override that
+_FLOAT8_RECIPES = ("AORecipeKwargs", "TERecipeKwargs", "MSAMPRecipeKwargs", "FP8RecipeKwargs")
+
+
+def _authors_float8_recipe(ctx: RuleContext, switch: PrecisionSwitch) -> str | None:
+    """The float8 recipe an `Accelerator` with `kwargs_handlers` of its own may get: the
+    name the script imports one of Accelerate's under, else None."""
+    if not isinstance(switch.node, cst.Call) or switch.current is not None or not any(
+            a.keyword is not None and a.keyword.value == "kwargs_handlers"
+            for a in switch.node.args):
+        return None
+    return next((alias for alias, target in ctx.facts.imports.aliases.items()
+                 if target.startswith("accelerate.")
+                 and target.rsplit(".", 1)[-1] in _FLOAT8_RECIPES), None)
 
 
 def _float8_recipe(ctx: RuleContext, switch: PrecisionSwitch) -> bool:
@@ -401,36 +429,13 @@ def _parse_item(ctx: RuleContext, code: str) -> cst.Arg | cst.DictElement:
 def _append(ctx: RuleContext, container: cst.Call | cst.Dict,
             items: Sequence[cst.Arg | cst.DictElement]) -> None:
     if isinstance(container, cst.Call):
-        arguments = [_fitted(ctx, container, i) for i in items if isinstance(i, cst.Arg)]
+        arguments = [i for i in items if isinstance(i, cst.Arg)]
         build = append_in_layout(container, arguments, ctx.facts, ctx.line_limit)
     else:
         build = append_entries([i for i in items if isinstance(i, cst.DictElement)])
         if too_long(ctx.facts, container, items, ctx.line_limit):
             build = one_per_line(build, ctx.facts.module.default_indent)
     ctx.plan.replaces.append(Replace(container, build))
-
-
-def _fitted(ctx: RuleContext, container: cst.Call, argument: cst.Arg) -> cst.Arg:
-    """`argument` as black lays it out on a line of its own in `container`: a call value too
-    long for that line gets its arguments on the next one,
-    `mixed_precision=os.environ.get(\n    "ACCELERATE_MIXED_PRECISION", ...\n),`."""
-    value = argument.value
-    statement = ctx.facts.owner.get(id(container))
-    unit = ctx.facts.module.default_indent
-    if not isinstance(value, cst.Call) or not value.args or statement is None:
-        return argument
-    width = ctx.facts.indentation(statement) + len(unit) + len(
-        ctx.facts.module.code_for_node(argument)) + 1
-    if width <= ctx.line_limit:
-        return argument
-
-    def newline(extra: str) -> cst.ParenthesizedWhitespace:
-        return cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(extra))
-
-    args = list(value.args)
-    args[-1] = args[-1].with_changes(whitespace_after_arg=newline(unit))
-    return argument.with_changes(value=value.with_changes(
-        args=args, whitespace_before_args=newline(unit * 2)))
 
 
 def _hidden_message(hidden: HiddenSetting, dtype: str | None) -> str:
@@ -507,7 +512,14 @@ def _plain_choice_bindings(facts: ModuleFacts) -> list[Binding]:
     torch = torch_name(facts) or "torch"
     return [b for b in facts.bindings if b.function is None and len(b.keys) == 1
             and b.keys[0].startswith(_PLAIN_CHOICE)
-            and _normal(facts.one_line(b.value)) == _normal(_plain_choice(torch))]
+            and _normal(facts.one_line(_unparenthesised(b.value)))
+            == _normal(_plain_choice(torch))]
+
+
+def _unparenthesised(value: cst.CSTNode) -> cst.CSTNode:
+    """`(a or b)` -> `a or b`: the parentheses a wrapped line's value gets
+    (`line_fitting`)."""
+    return value.with_changes(lpar=[], rpar=[]) if getattr(value, "lpar", None) else value
 
 
 def _run_time_choice_statements(facts: ModuleFacts) -> list[Statement]:

@@ -84,11 +84,7 @@ def _bind_policy(ctx: RuleContext, wrap: ShardingWrap, policy: str, torch: str) 
                 if isinstance(chain[i + 1], cst.FunctionDef | cst.ClassDef)), chain[-1])
     block, index = ctx.facts.position(top)
     arguments = f"param_dtype={ctx.style.param_dtype}, reduce_dtype={torch}.float32"
-    code = f"{name} = {policy}({arguments})"
-    indent = ctx.facts.indentation(top)
-    if indent + len(code) > ctx.line_limit:  # as black wraps it
-        inner = ctx.facts.module.default_indent
-        code = f"{name} = {policy}(\n{inner}{arguments}\n)"  # lines indented as `top`
+    code = f"{name} = {policy}({arguments})"  # wrapped past the line limit: line_fitting
     ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(code)]))
     return name
 

@@ -16,7 +16,6 @@ from amprewrite.catalog import CHANGE, SKIP, declare
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
 from amprewrite.rules.edits import replaced_by
-from amprewrite.rules.line_wrapping import fitted_to_line
 from amprewrite.rules.registry import Example, rule
 from amprewrite.transform import Insert, Replace
 
@@ -83,9 +82,7 @@ def initialize_models(
         code = f"{ctx.scaler_expr}.initialize({arguments})"
         block, index = ctx.facts.position(statement)
         index = max(index + 1, home.index) if block is home.block else index + 1
-        fitted = fitted_to_line(code, ctx.facts.indentation(statement),
-                                ctx.facts.module.default_indent, ctx.line_limit)
-        ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(fitted)]))
+        ctx.plan.inserts.append(Insert(block, index, [ctx.parse_statement(code)]))
         message = (f"model cast by `{code}` when the opt level it runs at is O2 or O3"
                    if ctx.level_at_run_time else
                    f"model cast for {ctx.options.opt_level} by `{code}`")

@@ -94,7 +94,9 @@ class ActNorm(nn.Module):
 
     def forward(self, x):
         if not self.initialised:
-            self.log_scale.data = (-torch.log(x.std(dim=0, keepdim=True))).to(self.log_scale.dtype)
+            self.log_scale.data = (-torch.log(x.std(dim=0, keepdim=True))).to(
+                self.log_scale.dtype
+            )
             self.initialised = True
         return x * torch.exp(self.log_scale)
 """,

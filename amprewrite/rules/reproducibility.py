@@ -124,7 +124,8 @@ def main():
     seeding = enable_reproducibility(0)
     loader = torch.utils.data.DataLoader(
         dataset,
-        shuffle=True, generator=seeding.generator, worker_init_fn=seeding.worker_init_fn)
+        shuffle=True, generator=seeding.generator,
+        worker_init_fn=seeding.worker_init_fn)
     for x, y in loader:
         optimizer.zero_grad()
         with autocast():

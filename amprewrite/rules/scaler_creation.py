@@ -10,7 +10,6 @@ from amprewrite.analysis.training_step import Note
 from amprewrite.catalog import CHANGE, declare
 from amprewrite.options import Options
 from amprewrite.rules.context import RuleContext
-from amprewrite.rules.line_wrapping import fitted_to_line
 from amprewrite.rules.registry import Example, rule
 from amprewrite.rules.shared_examples import MIXED_PRECISION_ALREADY
 from amprewrite.transform import Insert
@@ -41,9 +40,7 @@ def create_scaler(
     """Plan `scaler = GradScaler(...)`; one that belongs to the module header (a global right
     after the imports) is returned for the header instead."""
     statements = body(home.block)
-    code = fitted_to_line(f"{home.expression} = {constructor}",
-                          ctx.facts.indentation(statements[0]),
-                          ctx.facts.module.default_indent, ctx.line_limit)
+    code = f"{home.expression} = {constructor}"
     anchor = statements[min(home.index, len(statements)) - 1] if home.index > 0 else statements[0]
     ctx.notes.append(Note(SCALER_CREATED, anchor,
                           f"grad scaler `{home.expression}` created {_WHERE[home.scope]}"))
