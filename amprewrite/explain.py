@@ -49,12 +49,11 @@ def example(code: Code) -> str:
 
 
 def explain_option(
-    ctx: click.Context, _: click.Parameter, value: str | None, docs_url_template: str | None,
+    ctx: click.Context, _: click.Parameter, value: str, docs_url_template: str | None,
 ) -> None:
     """The eager `--explain CODE` option: print the explanation (with the code's docs URL from
-    `docs_url_template`) and exit, or exit 2 naming the codes it resembles."""
-    if value is None or ctx.resilient_parsing:
-        return
+    `docs_url_template`) and exit, or exit 2 naming the codes it resembles (`cli._explain`
+    calls it only for a value, outside click's resilient parsing)."""
     known = codes()
     code = known.get(value.strip().upper())
     if code is None:

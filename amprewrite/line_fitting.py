@@ -239,7 +239,7 @@ def _operands(code: str, tokens: list[_Token]) -> list[str]:
 
 def _same_statement(code: str, lines: list[str]) -> bool:
     """Whether `lines` are `code`, one statement or a block's header, laid out again."""
-    block = "\n    pass" if _tokens(code) and _ends_header(code) else ""
+    block = "\n    pass" if _ends_header(code) else ""
     return _same_program(code + block, textwrap.dedent("\n".join(lines)) + block)
 
 
@@ -272,13 +272,8 @@ def _value_split(
     where black would not split at its last bracket instead: the value is a tuple, holds two
     operators or more (a method chain's links count: `(...).sum(1).mean()`), or one and ends
     in empty brackets (`a + b(c).mean()`), or the split at its last brackets would not fit."""
-    top = [i for i, t in enumerate(tokens) if t.depth == 0 and t.kind == tokenize.OP
-           and t.text in _ASSIGNMENTS]
-    if top:
-        first = top[-1] + 1
-    elif tokens[0].text == "return" and len(tokens) > 1:
-        first = 1
-    else:
+    first = _value_start(tokens)
+    if first is None:
         return None
     end = len(tokens) - (tokens[-1].kind == tokenize.COMMENT)
     value = tokens[first:end]
@@ -294,6 +289,16 @@ def _value_split(
     comment = tokens[-1].text if end < len(tokens) else ""
     tail = ")" + (f"  {comment}" if comment else "")
     return code[:value[0].start].rstrip() + " (", code[value[0].start:value[-1].end], tail
+
+
+def _value_start(tokens: list[_Token]) -> int | None:
+    """Where an assignment's or `return`'s value begins among a statement's tokens, or None
+    for another statement."""
+    top = [i for i, t in enumerate(tokens) if t.depth == 0 and t.kind == tokenize.OP
+           and t.text in _ASSIGNMENTS]
+    if top:
+        return top[-1] + 1
+    return 1 if tokens[0].text == "return" and len(tokens) > 1 else None
 
 
 def _parenthesised(value: list[_Token]) -> bool:
@@ -524,17 +529,15 @@ def _without_added_parentheses(code: str) -> str:
     if tokens[0].text == "from":
         unwrapped = re.sub(r"\bimport \((.*)\)", r"import \1", code, count=1)
         return unwrapped if _same_statement(code, [unwrapped]) else code
-    top = [i for i, t in enumerate(tokens) if t.depth == 0 and t.text in _ASSIGNMENTS]
+    first = _value_start(tokens)
     end = len(tokens) - (tokens[-1].kind == tokenize.COMMENT)
-    first = top[-1] + 1 if top else (1 if tokens[0].text == "return" else None)
-    if first is None or first >= end - 1 or tokens[first].text != "(" \
-            or tokens[end - 1].text != ")":
+    value = tokens[first:end] if first is not None else []
+    if len(value) < 2 or value[-1].text != ")" or not _parenthesised(value):
         return code
-    closing = next(j for j in range(first + 1, end) if tokens[j].depth == 0)
-    inner_tokens = [t._replace(depth=t.depth - 1) for t in tokens[first + 1:closing]]
-    if closing != end - 1 or _item_commas(inner_tokens) or any(
-            t.text == "for" and t.depth == 0 for t in inner_tokens):
+    inner_tokens = [t._replace(depth=t.depth - 1) for t in value[1:-1]]
+    if _item_commas(inner_tokens) or any(t.text == "for" and t.depth == 0
+                                         for t in inner_tokens):
         return code  # a tuple or a generator: its parentheses are its own
-    inner = code[tokens[first].end:tokens[closing].start].strip()
-    unwrapped = code[:tokens[first].start] + inner + code[tokens[closing].end:]
+    inner = code[value[0].end:value[-1].start].strip()
+    unwrapped = code[:value[0].start] + inner + code[value[-1].end:]
     return unwrapped if _same_statement(code, [unwrapped]) else code
