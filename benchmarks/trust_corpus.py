@@ -34,6 +34,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -193,10 +194,18 @@ def classify(fp32: ScriptRun, amp: ScriptRun, mode: Mode, changed: bool, explana
                    f"(tolerance rel {tolerance.rel}, abs {tolerance.abs})", final_fp32, final_amp)
 
 
+# One rewrite at a time: the engine is not thread-safe (the command gives each file a process
+# of its own), and the scripts' runs are what the threads are for. CPython 3.11's `ast` keeps
+# its converter's recursion counter per interpreter, so two threads parsing at once can fail
+# with "SystemError: AST constructor recursion depth mismatch" (seen in CI).
+_REWRITING = threading.Lock()
+
+
 def rewrite(source: bytes) -> tuple[bytes, bool, list[Finding]]:
     """The O1 rewrite of `source` with its findings; unchanged with the finding on failure."""
     try:
-        result = rewrite_source(source, Options(opt_level="O1"))
+        with _REWRITING:
+            result = rewrite_source(source, Options(opt_level="O1"))
     except RewriteError as exc:
         return source, False, [exc.finding]
     return result.source, result.changed, result.findings
